@@ -1,0 +1,78 @@
+"""Row-wise softmax along the last axis, and its backward pass.
+
+The softmax of a row ``s`` is ``a_j = exp(s_j) / sum_k exp(s_k)``. Its Jacobian is
+``diag(a) - a a^T`` (Chapter 2 derives it; Chapter 3 uses it), so for an upstream
+gradient ``dA`` the backward pass is ``dS = A * (dA - sum_k A_k dA_k)``.
+"""
+
+import numpy as np
+
+from ._validate import as_float_array
+
+__all__ = ["softmax", "softmax_backward", "logsumexp"]
+
+
+def logsumexp(S, visible=None):
+    """Return ``log(sum(exp(S)))`` over the last axis, computed without overflow.
+
+    Entries where ``visible`` is False take no part. A row with no visible entry
+    has no defined value; it gets ``-inf``.
+
+    >>> import numpy as np
+    >>> float(logsumexp(np.array([1000.0, 1000.0])) - 1000.0)  # doctest: +ELLIPSIS
+    0.693147...
+    """
+    S = as_float_array("S", S)
+    if visible is not None:
+        S = np.where(visible, S, -np.inf)
+    m = np.max(S, axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(S - m_safe), axis=-1)) + m_safe[..., 0]
+    return out
+
+
+def softmax(S, visible=None):
+    """Softmax of each row of ``S`` (the last axis), with the row maximum subtracted.
+
+    ``visible`` (optional, boolean, broadcastable to ``S``) marks the entries that take
+    part; hidden entries get weight exactly 0. A row with no visible entry gets all
+    weights 0: it reads nothing, its output is the zero vector and its gradient is zero.
+
+    >>> import numpy as np
+    >>> softmax(np.array([[0.0, np.log(3.0)]])).round(6)
+    array([[0.25, 0.75]])
+    >>> softmax(np.array([[1e4, -1e4]]))
+    array([[1., 0.]])
+    """
+    S = as_float_array("S", S)
+    if visible is None:
+        shifted = S - np.max(S, axis=-1, keepdims=True)  # largest entry of each row is 0
+        E = np.exp(shifted)
+        return E / np.sum(E, axis=-1, keepdims=True)
+    visible = np.broadcast_to(np.asarray(visible, dtype=bool), S.shape)
+    masked = np.where(visible, S, -np.inf)
+    m = np.max(masked, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)  # fully hidden row: any finite shift will do
+    E = np.where(visible, np.exp(np.where(visible, S - m, 0.0)), 0.0)
+    Z = np.sum(E, axis=-1, keepdims=True)
+    return E / np.where(Z > 0, Z, 1.0)
+
+
+def softmax_backward(A, dA):
+    """Return ``dS`` given the softmax output ``A`` and the upstream gradient ``dA``.
+
+    ``dS_ij = A_ij (dA_ij - sum_k A_ik dA_ik)``: the numerator path minus the
+    denominator path. Each row of ``dS`` sums to zero (for a row that sums to one).
+
+    >>> import numpy as np
+    >>> A = np.array([[0.75, 0.25]]); dA = np.array([[2.0, 0.0]])
+    >>> softmax_backward(A, dA)
+    array([[ 0.375, -0.375]])
+    """
+    A = as_float_array("A", A)
+    dA = as_float_array("dA", dA)
+    if A.shape != dA.shape:
+        raise ValueError(f"A and dA must have the same shape, got A {A.shape} and dA {dA.shape}")
+    row_mean = np.sum(A * dA, axis=-1, keepdims=True)  # E_A[dA] for each row
+    return A * (dA - row_mean)
