@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ._validate import as_float_array
+from .masks import key_padding_mask
 from .softmax import softmax, softmax_backward
 
 __all__ = [
@@ -133,13 +134,15 @@ def causal_mask(T_q, T_k, query_offset=0):
     return key_position <= query_position
 
 
-def causal_attention(query, key, value, query_offset=0, dropout=None):
+def causal_attention(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
     """Causal scaled dot-product attention: return ``(output, probabilities)``.
 
     Scores are ``query key^T / sqrt(d)``; keys after a query's own position get weight
     exactly 0. ``dropout`` (optional callable) is applied to the probabilities used for
     the output; the returned probabilities are the undropped ones. A non-zero
     ``query_offset`` (the key/value cache of Chapter 10) is not implemented yet.
+    ``key_valid`` (optional, boolean ``(..., T_k)``, Chapter 4) marks the real keys;
+    padded keys get weight exactly 0 too, and a query with no visible key reads nothing.
 
     >>> import numpy as np
     >>> out, p = causal_attention(np.zeros((2, 1)), np.zeros((2, 1)), np.array([[2.0], [4.0]]))
@@ -154,6 +157,9 @@ def causal_attention(query, key, value, query_offset=0, dropout=None):
         raise NotImplementedError("query_offset != 0 needs the key/value cache of Chapter 10")
     Q, K, V = check_qkv(query, key, value)
     visible = causal_mask(Q.shape[-2], K.shape[-2], query_offset)  # (T_q, T_k)
+    if key_valid is not None:
+        batch = _batch_shape(Q=Q, K=K, V=V)
+        visible = visible & key_padding_mask(key_valid, K.shape[-2], batch)  # (..., T_q, T_k)
     probabilities = softmax(attention_scores(Q, K), visible)  # (..., T_q, T_k)
     weights = probabilities if dropout is None else dropout(probabilities)
     output = weights @ V  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)

@@ -1,0 +1,152 @@
+"""A bigram next-token model ``p(next | current) = softmax(E[current] U)``, trained by plain gradient descent.
+
+The model composes the pieces of Chapters 1 and 2: an embedding lookup, the unembedding
+``U (D, n_vocab)`` and the mean cross-entropy. The best any bigram model can do on a text is
+its conditional entropy ``H = -sum_ab (C_ab / N) log(C_ab / C_a)``, computed from the counts
+``C`` alone by :func:`conditional_entropy`.
+
+>>> ids = np.array([0, 1, 0, 1, 0, 1])
+>>> conditional_entropy(bigram_counts(ids, 2))  # "0 then 1, 1 then 0": fully predictable
+0.0
+"""
+
+import numpy as np
+
+from .cross_entropy import cross_entropy, cross_entropy_backward
+from .embedding import embedding_backward, embedding_forward
+from .softmax import softmax
+from .tokenizer import check_ids
+from .unembedding import unembedding_backward, unembedding_forward
+
+__all__ = [
+    "bigram_pairs",
+    "bigram_counts",
+    "conditional_entropy",
+    "init_bigram",
+    "bigram_loss_and_grads",
+    "bigram_probabilities",
+    "train_bigram",
+]
+
+
+def bigram_pairs(ids):
+    """Return ``(x, y)``: each token of a 1-D id sequence and the token that follows it.
+
+    >>> bigram_pairs([3, 1, 2])
+    (array([3, 1]), array([1, 2]))
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.size < 2:
+        raise ValueError(f"need a 1-D sequence of at least 2 ids to form pairs, got shape {ids.shape}")
+    return ids[:-1], ids[1:]
+
+
+def bigram_counts(ids, n_vocab):
+    """Return ``C`` with ``C[a, b]`` = how often token ``b`` directly follows token ``a``.
+
+    >>> bigram_counts([0, 1, 1, 0], 2)
+    array([[0, 1],
+           [1, 1]])
+    """
+    ids = check_ids(ids, n_vocab)
+    x, y = bigram_pairs(ids)
+    C = np.zeros((n_vocab, n_vocab), dtype=np.int64)
+    np.add.at(C, (x, y), 1)
+    return C
+
+
+def conditional_entropy(C):
+    """Return ``H(next | current)`` in nats for a matrix of bigram counts ``C``.
+
+    Pairs that never occur contribute nothing (``0 log 0 = 0``); rows with no count are ignored.
+
+    >>> round(conditional_entropy(np.array([[1, 1], [2, 2]])), 12) == round(float(np.log(2)), 12)
+    True
+    """
+    C = np.asarray(C, dtype=np.float64)
+    if C.ndim != 2 or C.shape[0] != C.shape[1]:
+        raise ValueError(f"counts must be a square matrix (n_vocab, n_vocab), got shape {C.shape}")
+    if np.any(C < 0) or not np.all(np.isfinite(C)):
+        raise ValueError("counts must be finite and non-negative")
+    N = C.sum()
+    if N == 0:
+        raise ValueError("counts are all zero: the entropy of no data is undefined")
+    row = C.sum(axis=1, keepdims=True)
+    seen = C > 0
+    cond = np.where(seen, C, 1.0) / np.where(row > 0, row, 1.0)  # C_ab / C_a where C_ab > 0
+    return float(-np.sum(np.where(seen, C * np.log(cond), 0.0)) / N) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+def init_bigram(n_vocab, D, seed=0, scale=0.1):
+    """Return ``{"E": (n_vocab, D), "U": (D, n_vocab)}`` with entries ``N(0, scale^2)`` from ``default_rng(seed)``.
+
+    >>> {k: v.shape for k, v in init_bigram(5, 3).items()}
+    {'E': (5, 3), 'U': (3, 5)}
+    """
+    for name, v in (("n_vocab", n_vocab), ("D", D)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    rng = np.random.default_rng(seed)
+    return {"E": rng.normal(0.0, scale, size=(n_vocab, D)), "U": rng.normal(0.0, scale, size=(D, n_vocab))}
+
+
+def _check_params(params):
+    E, U = np.asarray(params["E"], dtype=np.float64), np.asarray(params["U"], dtype=np.float64)
+    if E.ndim != 2 or U.ndim != 2 or U.shape != (E.shape[1], E.shape[0]):
+        raise ValueError(f"need E (n_vocab, D) and U (D, n_vocab), got E {E.shape} and U {U.shape}")
+    return E, U
+
+
+def bigram_loss_and_grads(params, x, y):
+    """Return ``(loss, grads)``: the mean cross-entropy of predicting ``y`` from ``x``, and ``{"E": dE, "U": dU}``.
+
+    >>> params = init_bigram(4, 3)
+    >>> loss, grads = bigram_loss_and_grads(params, np.array([0, 1]), np.array([1, 2]))
+    >>> bool(abs(loss - np.log(4)) < 0.05), grads["E"].shape, grads["U"].shape
+    (True, (4, 3), (3, 4))
+    """
+    E, U = _check_params(params)
+    n_vocab = E.shape[0]
+    X = embedding_forward(E, x)  # (B, D): row b is E[x_b]
+    Z = unembedding_forward(X, U)  # (B, D) x (D, n_vocab) -> (B, n_vocab)
+    loss = cross_entropy(Z, y)
+    dZ = cross_entropy_backward(Z, y)  # (p - onehot(y)) / B
+    dX, dU = unembedding_backward(X, U, dZ)
+    dE = embedding_backward(dX, x, n_vocab)  # scatter-add: repeated tokens sum
+    return loss, {"E": dE, "U": dU}
+
+
+def bigram_probabilities(params):
+    """Return the model's table ``P[a, b] = p(next = b | current = a) = softmax(E U)[a, b]``.
+
+    >>> bigram_probabilities(init_bigram(3, 2)).sum(axis=1).round(12)
+    array([1., 1., 1.])
+    """
+    E, U = _check_params(params)
+    return softmax(E @ U)  # (n_vocab, D) x (D, n_vocab) -> (n_vocab, n_vocab)
+
+
+def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):
+    """Train a bigram model on the id sequence by full-batch gradient descent; return ``(params, losses)``.
+
+    ``losses[s]`` is the training loss before step ``s``; ``losses[steps]`` is the final loss.
+    Deterministic: the only randomness is the initialisation, drawn from ``default_rng(seed)``.
+
+    >>> params, losses = train_bigram(np.array([0, 1] * 20), 2, D=3, steps=50, lr=2.0)
+    >>> bool(losses[-1] < 0.05 < np.log(2) - 0.01 < losses[0])
+    True
+    """
+    ids = check_ids(ids, n_vocab)
+    x, y = bigram_pairs(ids)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    if not lr > 0:
+        raise ValueError(f"the learning rate must be positive, got {lr!r}")
+    params = init_bigram(n_vocab, D, seed=seed)
+    losses = np.empty(steps + 1)
+    for s in range(steps + 1):
+        loss, grads = bigram_loss_and_grads(params, x, y)
+        losses[s] = loss
+        if s < steps:
+            params = {k: params[k] - lr * grads[k] for k in params}  # a new dict each step
+    return params, losses

@@ -1,0 +1,195 @@
+"""The figures of Chapter 3, and the small experiments whose data they show.
+
+Drawing functions return a matplotlib ``Figure``; data functions return numpy arrays so
+that the chapter can assert what a figure claims. This module imports matplotlib;
+``import attncourse`` does not import it.
+
+>>> stats = scaling_experiment([4, 64], n_queries=200, n_keys=8, seed=0)
+>>> sorted(stats)
+['max_weight_scaled', 'max_weight_tied', 'max_weight_unscaled', 'spread_scaled', 'spread_unscaled']
+"""
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.patches import Circle, FancyArrowPatch
+
+from .gradcheck import STEPS, TOLERANCE, numerical_gradient
+from .softmax import softmax
+
+__all__ = [
+    "weights_heatmap",
+    "scaling_experiment",
+    "scaling_figure",
+    "step_size_errors",
+    "step_size_figure",
+    "graph_figure",
+]
+
+
+def weights_heatmap(panels, cmap="Blues"):
+    """Draw attention weights as heatmaps, one panel per ``(A, title, labels)``; return the Figure.
+
+    ``labels`` (optional, same shape as ``A``) holds the text written in each cell; by
+    default the weights rounded to three decimals.
+    """
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.4, 3.0), squeeze=False,
+                             constrained_layout=True)
+    for n, (ax, panel) in enumerate(zip(axes[0], panels)):
+        A, title = np.asarray(panel[0]), panel[1]
+        labels = panel[2] if len(panel) > 2 else np.vectorize(lambda w: f"{w:.3f}")(A)
+        im = ax.imshow(A, cmap=cmap, vmin=0.0, vmax=1.0)
+        T_q, T_k = A.shape
+        for i in range(T_q):
+            for j in range(T_k):
+                ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=12,
+                        color="white" if A[i, j] > 0.6 else "black")
+        ax.set_xticks(range(T_k), [f"key {j + 1}" for j in range(T_k)])
+        ax.set_yticks(range(T_q), [f"query {i + 1}" for i in range(T_q)] if n == 0 else [])
+        ax.set_title(title, fontsize=11)
+    fig.colorbar(im, ax=list(axes[0]), shrink=0.85, label="weight $A_{ij}$")
+    return fig
+
+
+def scaling_experiment(dims, n_queries=400, n_keys=16, seed=0):
+    """Monte-Carlo statistics of scores and weights against the key width ``d``.
+
+    For each ``d`` draws ``n_queries`` queries and ``n_queries x n_keys`` keys with
+    independent standard normal coordinates. Returns arrays (one entry per ``d``):
+    ``spread_unscaled`` and ``spread_scaled`` (standard deviation of ``q.k`` and
+    ``q.k / sqrt(d)``), ``max_weight_unscaled`` and ``max_weight_scaled`` (mean largest
+    softmax weight of a query over its keys), and ``max_weight_tied``: the same, scaled,
+    when the first key of each query is the query itself (tied ``W_Q = W_K``).
+    """
+    dims = [int(d) for d in dims]
+    if not dims or min(dims) < 1 or n_queries < 2 or n_keys < 2:
+        raise ValueError(f"need dims >= 1, n_queries >= 2, n_keys >= 2, got dims={dims}, "
+                         f"n_queries={n_queries}, n_keys={n_keys}")
+    rng = np.random.default_rng(seed)
+    out = {k: [] for k in ("spread_unscaled", "spread_scaled", "max_weight_unscaled", "max_weight_scaled",
+                           "max_weight_tied")}
+    for d in dims:
+        q = rng.standard_normal((n_queries, 1, d))
+        k = rng.standard_normal((n_queries, n_keys, d))
+        raw = np.sum(q * k, axis=-1)  # (n, 1, d) * (n, n_keys, d) summed over d -> (n, n_keys)
+        scaled = raw / math.sqrt(d)
+        out["spread_unscaled"].append(raw.std())
+        out["spread_scaled"].append(scaled.std())
+        out["max_weight_unscaled"].append(softmax(raw).max(axis=-1).mean())
+        out["max_weight_scaled"].append(softmax(scaled).max(axis=-1).mean())
+        tied = scaled.copy()
+        tied[:, 0] = np.sum(q[:, 0] * q[:, 0], axis=-1) / math.sqrt(d)  # the query's own key: |q|^2 / sqrt(d)
+        out["max_weight_tied"].append(softmax(tied).max(axis=-1).mean())
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def scaling_figure(dims, stats, n_keys=16):
+    """Two panels: score spread against ``d``, and the mean largest weight against ``d``."""
+    dims = np.asarray(dims)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ax1.loglog(dims, stats["spread_unscaled"], "o-", label=r"unscaled $q\cdot k$")
+    ax1.loglog(dims, stats["spread_scaled"], "s-", label=r"scaled $q\cdot k/\sqrt{d}$")
+    ax1.loglog(dims, np.sqrt(dims), "k:", label=r"$\sqrt{d}$")
+    ax1.set_xlabel("key width $d$")
+    ax1.set_ylabel("standard deviation of the score")
+    ax1.set_title("score spread")
+    ax1.legend(fontsize=9)
+    ax2.semilogx(dims, stats["max_weight_unscaled"], "o-", label="unscaled")
+    ax2.semilogx(dims, stats["max_weight_scaled"], "s-", label="scaled")
+    ax2.semilogx(dims, stats["max_weight_tied"], "^--", label=r"scaled, tied $q=k$")
+    ax2.axhline(1.0 / n_keys, color="grey", lw=0.8, ls=":", label=f"uniform, 1/{n_keys}")
+    ax2.set_ylim(0, 1.05)
+    ax2.set_xlabel("key width $d$")
+    ax2.set_ylabel("mean largest weight of a row")
+    ax2.set_title(f"softmax concentration ({n_keys} keys)")
+    ax2.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.3))
+    for ax in (ax1, ax2):
+        ax.set_xticks(dims, [str(d) for d in dims])
+        ax.minorticks_off()
+    fig.tight_layout()
+    return fig
+
+
+def step_size_errors(f, x, analytic, steps):
+    """Return the max absolute error of central differences of ``f`` at ``x``, one entry per step.
+
+    >>> import numpy as np
+    >>> errs = step_size_errors(lambda x: float(np.sum(np.sin(x))), np.array([0.3, 1.1]), np.cos([0.3, 1.1]), [1e-2, 1e-5])
+    >>> bool(errs[0] > errs[1])
+    True
+    """
+    analytic = np.asarray(analytic, dtype=np.float64)
+    if analytic.shape != np.shape(x):
+        raise ValueError(f"analytic gradient has shape {analytic.shape}, x has shape {np.shape(x)}")
+    return np.array([np.max(np.abs(numerical_gradient(f, x, h) - analytic)) for h in steps])
+
+
+def step_size_figure(steps, errors, chosen=STEPS, tolerance=TOLERANCE):
+    """Log-log plot of the finite-difference error against the step, one line per ``errors`` entry."""
+    steps = np.asarray(steps)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for (name, errs), marker in zip(errors.items(), "os^vD"):
+        ax.loglog(steps, errs, marker + "-", label=name)
+    ax.axhline(tolerance, color="k", ls="--", lw=1, label=f"tolerance {tolerance:.0e}")
+    for h in chosen:
+        ax.axvline(h, color="tab:green", ls=":", lw=1.5)
+    ax.axvspan(min(chosen), max(chosen), color="tab:green", alpha=0.12, label="chosen steps")
+    ax.set_xlabel("step $h$")
+    ax.set_ylabel("max |central difference - formula|")
+    ax.invert_xaxis()
+    ax.text(0.03, 0.06, "truncation\n(error ~ $h^2$)", transform=ax.transAxes, fontsize=9, va="bottom")
+    ax.text(0.97, 0.06, "round-off\n(error ~ $\\epsilon/h$)", transform=ax.transAxes, fontsize=9,
+            ha="right", va="bottom")
+    ax.legend(fontsize=9, loc="upper center")
+    fig.tight_layout()
+    return fig
+
+
+def _node(ax, xy, text, color):
+    ax.add_patch(Circle(xy, 0.36, facecolor=color, edgecolor="black", lw=1.2, zorder=3))
+    ax.text(*xy, text, ha="center", va="center", fontsize=15, zorder=4)
+
+
+def _arrow(ax, a, b, style="-|>", color="black", ls="-", rad=0.0, lw=1.4):
+    ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=14, color=color, ls=ls, lw=lw,
+                                 shrinkA=16, shrinkB=16, connectionstyle=f"arc3,rad={rad}", zorder=2))
+
+
+def graph_figure():
+    """Draw the computational graph ``X -> Q, K, V -> S -> A -> O -> J`` and the three branches back to ``X``."""
+    pos = {"X": (0.6, 2.0), "Q": (3.4, 3.8), "K": (3.4, 2.0), "V": (3.4, 0.2),
+           "S": (5.4, 2.9), "A": (7.2, 2.9), "O": (9.0, 1.6), "J": (10.8, 1.6)}
+    colors = {"X": "#fde2b5", "Q": "#cfe3f7", "K": "#cfe3f7", "V": "#cfe3f7",
+              "S": "#e3e3e3", "A": "#e3e3e3", "O": "#e3e3e3", "J": "#d7f0d2"}
+    red = "tab:red"
+    fig, ax = plt.subplots(figsize=(10.5, 5.0))
+    for name, xy in pos.items():
+        _node(ax, xy, f"${name}$", colors[name])
+    for a, b in [("X", "Q"), ("X", "K"), ("X", "V"), ("Q", "S"), ("K", "S"), ("S", "A"), ("A", "O"), ("V", "O"),
+                 ("O", "J")]:
+        _arrow(ax, pos[a], pos[b])
+    forward_labels = [((2.25, 2.75), r"$XW_Q$"), ((2.0, 1.68), r"$XW_K$"), ((2.25, 1.2), r"$XW_V$"),
+                      ((6.3, 3.1), "softmax"), ((9.9, 1.8), r"$\langle G, O\rangle$")]
+    for xy, label in forward_labels:
+        ax.text(*xy, label, ha="center", fontsize=11)
+    grad_labels = [((9.9, 1.2), "$G$"), ((8.55, 2.5), r"$dA=GV^\top$"), ((6.4, 0.75), r"$dV=A^\top G$"),
+                   ((6.3, 2.5), "$dS$"), ((4.6, 3.75), r"$dQ=dS\,K/\sqrt{d}$"),
+                   ((4.55, 2.05), r"$dK=dS^\top Q/\sqrt{d}$")]
+    for xy, label in grad_labels:
+        ax.text(*xy, label, ha="center", fontsize=10, color=red)
+    _arrow(ax, pos["Q"], pos["X"], color=red, ls="--", rad=0.3)
+    _arrow(ax, pos["K"], pos["X"], color=red, ls="--", rad=0.22)
+    _arrow(ax, pos["V"], pos["X"], color=red, ls="--", rad=-0.3)
+    ax.text(1.25, 3.65, r"$dQ\,W_Q^\top$", color=red, fontsize=10, ha="center")
+    ax.text(2.0, 2.42, r"$dK\,W_K^\top$", color=red, fontsize=10, ha="center")
+    ax.text(1.25, 0.2, r"$dV\,W_V^\top$", color=red, fontsize=10, ha="center")
+    ax.text(0.2, 1.5, "$dX$ = sum\nof all three", color=red, fontsize=10, ha="center", va="top")
+    ax.text(7.6, 0.0, "black: forward pass\nred, dashed: gradients flowing back", fontsize=10, ha="left",
+            va="center", color="dimgray")
+    ax.set_xlim(-0.2, 11.4)
+    ax.set_ylim(-0.4, 4.5)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.tight_layout()
+    return fig

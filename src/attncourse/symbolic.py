@@ -1,0 +1,266 @@
+"""sympy helpers for Chapter 3: elementwise definitions, exact examples, moment algebra.
+
+The elementwise builders (:func:`product`, :func:`scores`, :func:`softmax_rows`,
+:func:`weighted_sum`, :func:`pairing`) write every entry as an explicit sum over its
+indices, the way the chapter defines them, so that a gradient taken entry by entry with
+:func:`gradient` is an independent witness for the matrix formulas. This module imports
+sympy; ``import attncourse`` does not import it.
+
+>>> Q, K = matrix("Q", 2, 3), matrix("K", 4, 3)
+>>> S = scores(Q, K)
+>>> S.shape
+(2, 4)
+>>> vanishes(S - Q * K.T / sp.sqrt(3))
+True
+"""
+
+import numpy as np
+import sympy as sp
+
+__all__ = [
+    "matrix",
+    "gradient",
+    "vanishes",
+    "product",
+    "scores",
+    "softmax_rows",
+    "weighted_sum",
+    "pairing",
+    "head_objective",
+    "quotient_rule_paths",
+    "softmax_jacobian_general",
+    "expectation",
+    "moment_symbol",
+    "example1",
+    "example2",
+    "to_float",
+]
+
+
+def matrix(name, rows, cols):
+    """Return a ``rows x cols`` sympy Matrix of real symbols ``name_ij`` (1-based indices).
+
+    >>> matrix("W", 2, 3)
+    Matrix([
+    [W_11, W_12, W_13],
+    [W_21, W_22, W_23]])
+    >>> matrix("W", 0, 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: matrix W needs positive sizes, got 0 x 3
+    """
+    if rows < 1 or cols < 1:
+        raise ValueError(f"matrix {name} needs positive sizes, got {rows} x {cols}")
+    sep = "" if max(rows, cols) < 10 else ","
+    return sp.Matrix(rows, cols, lambda i, j: sp.Symbol(f"{name}_{i + 1}{sep}{j + 1}", real=True))
+
+
+def gradient(J, M):
+    """Return the matrix ``[dJ/dM_ij]`` of the shape of ``M``, one partial derivative per entry.
+
+    >>> x = matrix("x", 1, 2)
+    >>> gradient(x[0, 0] ** 2 * x[0, 1], x)
+    Matrix([[2*x_11*x_12, x_11**2]])
+    """
+    return sp.Matrix(M.rows, M.cols, lambda i, j: sp.diff(J, M[i, j]))
+
+
+def _is_zero(expr):
+    expr = sp.sympify(expr)
+    if expr == 0:
+        return True
+    # Fast, sound path: a rational function of fresh symbols standing for the exponentials
+    # that cancels to zero is zero whatever values the exponentials take.
+    exps = sorted(expr.atoms(sp.exp), key=sp.default_sort_key)
+    if exps:
+        fresh = {e: sp.Dummy(positive=True) for e in exps}
+        if sp.cancel(sp.together(expr.xreplace(fresh))) == 0:
+            return True
+    expr = sp.cancel(sp.together(sp.expand(expr)))
+    return expr == 0 or sp.simplify(expr) == 0
+
+
+def vanishes(M):
+    """Return True if every entry of ``M`` (a Matrix or an expression) simplifies to zero.
+
+    >>> s = sp.Symbol("s")
+    >>> vanishes(sp.Matrix([sp.exp(s) / (1 + sp.exp(s)) - 1 / (1 + sp.exp(-s))]))
+    True
+    >>> vanishes(sp.Matrix([s]))
+    False
+    """
+    if isinstance(M, sp.MatrixBase):
+        return all(_is_zero(e) for e in M)
+    return _is_zero(M)
+
+
+def _require(cond, message):
+    if not cond:
+        raise ValueError(message)
+
+
+def product(X, W):
+    """Return ``Y`` with ``Y_ij = sum_m X_im W_mj``, written out as explicit sums.
+
+    >>> product(matrix("X", 2, 3), matrix("W", 2, 2))
+    Traceback (most recent call last):
+    ...
+    ValueError: product needs X columns == W rows, got X (2, 3) and W (2, 2)
+    """
+    _require(X.cols == W.rows, f"product needs X columns == W rows, got X {X.shape} and W {W.shape}")
+    return sp.Matrix(X.rows, W.cols, lambda i, j: sp.Add(*[X[i, m] * W[m, j] for m in range(X.cols)]))
+
+
+def scores(Q, K):
+    """Return ``S`` with ``S_ij = sum_a Q_ia K_ja / sqrt(d)``, ``d`` the number of columns."""
+    _require(Q.cols == K.cols, f"scores needs Q and K with the same width d, got Q {Q.shape} and K {K.shape}")
+    d = Q.cols
+    return sp.Matrix(Q.rows, K.rows, lambda i, j: sp.Add(*[Q[i, a] * K[j, a] for a in range(d)]) / sp.sqrt(d))
+
+
+def softmax_rows(S):
+    """Return ``A`` with ``A_ij = exp(S_ij) / sum_k exp(S_ik)`` (each row normalised over its keys).
+
+    >>> softmax_rows(sp.Matrix([[sp.log(3), 0]]))
+    Matrix([[3/4, 1/4]])
+    """
+    Z = [sp.Add(*[sp.exp(S[i, k]) for k in range(S.cols)]) for i in range(S.rows)]
+    return sp.Matrix(S.rows, S.cols, lambda i, j: sp.exp(S[i, j]) / Z[i])
+
+
+def weighted_sum(A, V):
+    """Return ``O`` with ``O_il = sum_j A_ij V_jl``."""
+    _require(A.cols == V.rows, f"weighted_sum needs one row of V per column of A, got A {A.shape} and V {V.shape}")
+    return sp.Matrix(A.rows, V.cols, lambda i, l: sp.Add(*[A[i, j] * V[j, l] for j in range(A.cols)]))
+
+
+def pairing(M, N):
+    """Return ``sum_ij M_ij N_ij``: the probe ``J = <G, O>`` when ``M = G`` and ``N = O``.
+
+    >>> pairing(sp.Matrix([[1, 0], [0, 2]]), sp.Matrix([[sp.Rational(3, 2), 1], [sp.Rational(1, 2), 3]]))
+    15/2
+    """
+    _require(M.shape == N.shape, f"pairing needs equal shapes, got {M.shape} and {N.shape}")
+    return sp.Add(*[M[i, j] * N[i, j] for i in range(M.rows) for j in range(M.cols)])
+
+
+def head_objective(X, W_Q, W_K, W_V, G):
+    """Return ``J = <G, O>`` of one head, built from the elementwise definitions only."""
+    Q, K, V = product(X, W_Q), product(X, W_K), product(X, W_V)
+    return pairing(G, weighted_sum(softmax_rows(scores(Q, K)), V))
+
+
+def quotient_rule_paths(n):
+    """Split the softmax derivative ``d a_j / d s_k`` by the quotient rule, for ``n`` scores.
+
+    With ``a_j = N_j / Z``, ``N_j = exp(s_j)``, ``Z = sum_k exp(s_k)``, returns
+    ``(s, a, numerator, denominator)``: ``numerator[j, k] = (dN_j/ds_k) / Z`` and
+    ``denominator[j, k] = -N_j (dZ/ds_k) / Z**2``.
+
+    >>> s, a, num, den = quotient_rule_paths(3)
+    >>> vanishes(num - sp.diag(*a)), vanishes(den + a * a.T)
+    (True, True)
+    """
+    _require(n >= 1, f"quotient_rule_paths needs n >= 1, got {n}")
+    s = sp.Matrix(n, 1, lambda j, _: sp.Symbol(f"s_{j + 1}", real=True))
+    N = s.applyfunc(sp.exp)
+    Z = sp.Add(*N)
+    a = N / Z
+    numerator = sp.Matrix(n, n, lambda j, k: sp.diff(N[j], s[k]) / Z)
+    denominator = sp.Matrix(n, n, lambda j, k: -N[j] * sp.diff(Z, s[k]) / Z**2)
+    return s, a, numerator, denominator
+
+
+def softmax_jacobian_general():
+    """Return the softmax Jacobian entry for a symbolic length ``n``, and its row sum.
+
+    Returns a dict with the symbols ``s`` (IndexedBase), ``j, k, n``, the two quotient-rule
+    paths ``numerator`` (``delta_jk exp(s_j)/Z``) and ``denominator``
+    (``-exp(s_j) exp(s_k)/Z**2``), the full derivative ``entry`` computed directly, and
+    ``row_sum = sum_k entry``, all for ``1 <= j, k <= n``.
+
+    >>> g = softmax_jacobian_general()
+    >>> sp.simplify(g["entry"] - g["numerator"] - g["denominator"]), sp.simplify(g["row_sum"])
+    (0, 0)
+    """
+    s = sp.IndexedBase("s")
+    j, k, m = sp.symbols("j k m", integer=True, positive=True)
+    n = sp.Symbol("n", integer=True, positive=True)
+    Z = sp.Sum(sp.exp(s[m]), (m, 1, n))
+    N_j = sp.exp(s[j])
+    numerator = sp.diff(N_j, s[k]) / Z
+    dZ = sp.refine(sp.diff(Z, s[k]).doit(), sp.Q.le(k, n))  # d/ds_k of the sum, for k <= n
+    denominator = -N_j * dZ / Z**2
+    entry = sp.refine(sp.diff(N_j / Z, s[k]).doit(), sp.Q.le(k, n))
+    row_sum = sp.refine(sp.Sum(entry.subs(k, m), (m, 1, n)).doit(), sp.Q.le(j, n))
+    return {"s": s, "j": j, "k": k, "n": n, "Z": Z, "numerator": numerator,
+            "denominator": denominator, "entry": entry, "row_sum": row_sum}
+
+
+MOMENT = sp.Function("E")  # an undefined function: E(q**2) stands for an unspecified moment
+
+
+def moment_symbol(var, power):
+    """Return ``E(var**power)``, an unspecified moment (an undefined sympy function applied to ``var**power``).
+
+    >>> moment_symbol(sp.Symbol("q"), 2)
+    E(q**2)
+    """
+    return MOMENT(var**power)
+
+
+def expectation(expr, variables, moment=moment_symbol):
+    """Return ``E[expr]`` for a polynomial in mutually independent random ``variables``.
+
+    Independence makes the expectation of a monomial the product of the moments of its
+    factors: ``E[x**p y**q] = E[x**p] E[y**q]``. ``moment(var, power)`` supplies each
+    moment; by default an unspecified ``E(var**power)``, so the result assumes nothing about the
+    distributions beyond independence.
+
+    >>> q, k = sp.symbols("q k")
+    >>> expectation(q * k, [q, k])
+    E(k)*E(q)
+    >>> expectation((q * k) ** 2, [q, k])
+    E(k**2)*E(q**2)
+    """
+    variables = list(variables)
+    poly = sp.Poly(sp.expand(expr), *variables)
+    total = sp.Integer(0)
+    for powers, coeff in poly.terms():
+        term = coeff
+        for var, p in zip(variables, powers):
+            if p:
+                term *= moment(var, p)
+        total += term
+    return total
+
+
+def example1():
+    """Return Example 1 exactly: ``X = I``, ``W_Q = aI`` with ``a = sqrt(2) ln 3``, ``W_K = I``, ``W_V = diag(2, 4)``, ``G = diag(1, 2)``.
+
+    >>> example1()["W_Q"]
+    Matrix([
+    [sqrt(2)*log(3),              0],
+    [             0, sqrt(2)*log(3)]])
+    """
+    a = sp.sqrt(2) * sp.log(3)
+    I = sp.eye(2)
+    return {"X": I, "W_Q": a * I, "W_K": I, "W_V": sp.diag(2, 4), "G": sp.diag(1, 2)}
+
+
+def example2():
+    """Return Example 2 exactly: Example 1 with ``W_K`` all ones, so both key rows are ``[1, 1]``."""
+    ex = example1()
+    ex["W_K"] = sp.ones(2, 2)
+    return ex
+
+
+def to_float(M):
+    """Return a sympy Matrix (or number) as a float64 numpy array.
+
+    >>> to_float(sp.Matrix([[sp.Rational(1, 4), sp.log(3)]])).round(4)
+    array([[0.25  , 1.0986]])
+    """
+    if isinstance(M, sp.MatrixBase):
+        return np.array(M.evalf(30).tolist(), dtype=np.float64)
+    return np.float64(sp.N(M, 30))

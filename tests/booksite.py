@@ -1,0 +1,400 @@
+"""Helpers for the tests of the built HTML book: find or build it, serve it, and judge its pages.
+
+The checking functions take plain data (HTML text, or facts a browser collected from a page) and
+return a list of problems, so the same functions judge the real book and the planted faults of the
+tests. Nothing here imports a browser library.
+
+>>> cdn_references('<script src="https://unpkg.com/thebe@0.8.2/lib/index.js"></script>')
+['unpkg.com']
+>>> raw_tex_fragments("Scores $$S = QK^T$$ and code") != []
+True
+>>> raw_tex_fragments("It costs $5, or 4 $ a month.")
+[]
+"""
+
+import functools
+import html.parser
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import urllib.parse
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+__all__ = [
+    "ROOT", "html_dir", "built_html", "readme_command", "book_pages", "chapter_pages", "LoopbackServer",
+    "CDN_HOSTS", "cdn_references", "external_resources", "raw_tex_fragments", "element_ids",
+    "link_problems", "page_problems", "chapter_problems", "unreferenced_equations", "COLLECT_FACTS_JS", "CHAPTER_FACTS_JS",
+]
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_HTML = ROOT / "_build" / "html"
+
+
+def html_dir():
+    """The built HTML folder under test: ``$BOOK_HTML`` if set, else ``_build/html`` in the repository."""
+    return pathlib.Path(os.environ.get("BOOK_HTML", DEFAULT_HTML)).resolve()
+
+
+def readme_command(marker):
+    """The command line README.md gives after ``<!-- marker -->`` (the same rule as ``.ci/run``)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index(f"<!-- {marker} -->")
+    fence = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("```bash"))
+    return lines[fence + 1].strip()
+
+
+def _build_arguments():
+    """The arguments README.md passes to ``jupyter-book`` (``build . --all -W ...``)."""
+    for part in readme_command("build-command").split("&&"):
+        words = shlex.split(part)
+        if words and words[0].endswith("jupyter-book"):
+            return words[1:]
+    raise AssertionError("README.md's build command does not run jupyter-book")
+
+
+_BUILD_FAILURE = []
+
+
+def built_html():
+    """Return the built HTML folder, building the book first (README's command) when there is none."""
+    if _BUILD_FAILURE:  # build at most once per session, even when it fails
+        raise AssertionError(_BUILD_FAILURE[0])
+    html = html_dir()
+    if not (html / "index.html").is_file() or not (html / "searchindex.js").is_file():
+        jupyter_book = pathlib.Path(sys.executable).with_name("jupyter-book")
+        args = [str(jupyter_book)] + _build_arguments()
+        if html != DEFAULT_HTML:
+            if html.name != "html" or html.parent.name != "_build":
+                raise AssertionError(f"BOOK_HTML must end in _build/html to be built there: {html}")
+            args += ["--path-output", str(html.parent.parent)]
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0 or not (html / "index.html").is_file():
+            _BUILD_FAILURE.append(f"building the book failed ({' '.join(args)}):\n"
+                                  f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+            raise AssertionError(_BUILD_FAILURE[0])
+    return html
+
+
+def book_pages(html):
+    """Every built page, as paths relative to ``html`` (posix), found on disk, never listed by hand."""
+    skip = {"_static", "_sources", "_images", "_downloads"}
+    return sorted(p.relative_to(html).as_posix() for p in html.rglob("*.html")
+                  if not skip.intersection(p.relative_to(html).parts))
+
+
+def chapter_pages(html):
+    """The built pages made from the chapter notebooks (``chapters/*.html``)."""
+    return [p for p in book_pages(html) if p.startswith("chapters/")]
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # keep the test output readable
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # a tab closed mid-download is no error here
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+class LoopbackServer:
+    """Serve a folder over HTTP on 127.0.0.1 (a free port) for as long as the ``with`` block lasts."""
+
+    def __init__(self, folder):
+        handler = functools.partial(_QuietHandler, directory=str(folder))
+        self._server = _Server(("127.0.0.1", 0), handler)
+        self.origin = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
+
+    def url(self, relpath):
+        return f"{self.origin}/{urllib.parse.quote(relpath)}"
+
+
+# ---------------------------------------------------------------- static checks of HTML text
+
+#: Hosts that serve third-party files to pages (CDNs, web fonts, analytics, comments).
+CDN_HOSTS = (
+    "unpkg.com", "jsdelivr.net", "cdnjs.cloudflare.com", "fonts.googleapis.com", "fonts.gstatic.com",
+    "ajax.googleapis.com", "code.jquery.com", "bootstrapcdn.com", "use.fontawesome.com",
+    "kit.fontawesome.com", "cdn.plot.ly", "polyfill.io", "esm.sh", "cdn.skypack.dev", "mathjax.org",
+    "plausible.io", "googletagmanager.com", "google-analytics.com", "hypothes.is", "utteranc.es",
+)
+_HOST_RE = re.compile("|".join(re.escape(h) for h in CDN_HOSTS), re.IGNORECASE)
+
+
+def cdn_references(text):
+    """The CDN host names that occur anywhere in ``text`` (tags, inline scripts, styles), in order."""
+    return [m.group(0).lower() for m in _HOST_RE.finditer(text)]
+
+
+_LOADING = {  # tag -> attributes whose URL the browser fetches by itself
+    "script": ("src",), "img": ("src", "srcset"), "iframe": ("src",), "source": ("src", "srcset"),
+    "video": ("src", "poster"), "audio": ("src",), "embed": ("src",), "object": ("data",),
+    "track": ("src",), "input": ("src",),
+}
+_LINK_LOADS = {"stylesheet", "preload", "modulepreload", "prefetch", "icon", "shortcut", "manifest",
+               "apple-touch-icon", "mask-icon", "dns-prefetch", "preconnect"}
+_ABSOLUTE = re.compile(r"^\s*(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)
+_CSS_URL = re.compile(r"""(?:url\(\s*['"]?|@import\s+['"])\s*((?:[a-z][a-z0-9+.-]*:)?//[^'")\s]+)""", re.IGNORECASE)
+
+
+class _ResourceParser(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.found, self._in_style = [], False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        names = _LOADING.get(tag, ())
+        if tag == "link" and _LINK_LOADS.intersection((attrs.get("rel") or "").lower().split()):
+            names = ("href",)
+        for name in names:
+            for url in re.split(r",\s+", attrs.get(name) or ""):
+                if _ABSOLUTE.match(url):
+                    self.found.append(f"<{tag} {name}={url.split()[0]}>")
+        self.found += [f"<{tag} style> {u}" for u in _CSS_URL.findall(attrs.get("style") or "")]
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag):
+        self._in_style = False
+
+    def handle_data(self, data):
+        if self._in_style:
+            self.found += [f"<style> {u}" for u in _CSS_URL.findall(data)]
+
+
+def external_resources(text, css=False):
+    """Resources that ``text`` (HTML, or CSS when ``css``) makes the browser load from another host.
+
+    Hyperlinks (``<a href>``) are not loads and are not reported.
+
+    >>> external_resources('<a href="https://mybinder.org/v2/gh/x">Binder</a><img src="../_images/a.png">')
+    []
+    >>> external_resources('<link rel="stylesheet" href="//fonts.example.org/a.css">')
+    ['<link href=//fonts.example.org/a.css>']
+    """
+    if css:
+        return [f"css {u}" for u in _CSS_URL.findall(text)]
+    parser = _ResourceParser()
+    parser.feed(text)
+    parser.close()
+    return parser.found
+
+
+# ------------------------------------------------------------ checks of what a browser collected
+
+# Raw TeX a reader must never see: delimiters, environments, or a TeX command glued to a dollar.
+_RAW_TEX = re.compile(
+    r"\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{|\\end\{|\$\\[A-Za-z]"
+    r"|\\(?:frac|sqrt|displaystyle|operatorname|mathbb|mathrm|mathbf|partial|sum|top|cdot|times|left|right)\b"
+)
+
+
+def raw_tex_fragments(text):
+    """Pieces of ``text`` (what the page shows, code excluded) that look like untypeset TeX."""
+    return [text[max(0, m.start() - 30):m.end() + 30].replace("\n", " ") for m in _RAW_TEX.finditer(text)]
+
+
+class _IdParser(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.ids = set()
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if name == "id" or (name == "name" and tag == "a"):
+                self.ids.add(value)
+
+
+@functools.lru_cache(maxsize=None)
+def element_ids(path):
+    """The ``id`` (and ``<a name>``) values defined in the HTML file at ``path``."""
+    parser = _IdParser()
+    parser.feed(pathlib.Path(path).read_text(encoding="utf-8", errors="replace"))
+    parser.close()
+    return frozenset(parser.ids)
+
+
+def link_problems(links, origin, folder):
+    """Internal links among ``links`` that lead to no built file, or to an anchor the target lacks.
+
+    ``links`` are dicts with the resolved ``href`` (as ``a.href`` gives it) and the ``raw`` attribute;
+    a link is internal when its resolved URL starts with ``origin`` (the served ``folder``).
+    Links to other hosts are hyperlinks a reader may follow, not part of this check.
+    """
+    problems = []
+    folder = pathlib.Path(folder)
+    for link in links:
+        href = link["href"]
+        if not href.startswith(origin + "/"):
+            continue
+        parts = urllib.parse.urlsplit(href)
+        path = urllib.parse.unquote(parts.path)
+        target = folder / path.lstrip("/")
+        if path.endswith("/"):
+            target = target / "index.html"
+        try:
+            target.resolve().relative_to(folder.resolve())
+        except ValueError:
+            problems.append(f"{link['raw']!r} leaves the book")
+            continue
+        if not target.is_file():
+            problems.append(f"{link['raw']!r} -> no built file {path}")
+        elif parts.fragment and target.suffix == ".html":
+            anchor = urllib.parse.unquote(parts.fragment)
+            if anchor not in element_ids(str(target)):
+                problems.append(f"{link['raw']!r} -> no anchor #{anchor} in {path}")
+    return problems
+
+
+def page_problems(facts):
+    """Judge one page from the facts COLLECT_FACTS_JS gathered; returns {check: [problems]}."""
+    problems = {"math": [], "raw_tex": [], "images": [], "fonts": []}
+    if facts["mathElements"]:
+        if facts["mathjax"] != "ready":
+            problems["math"].append(f"MathJax did not finish typesetting ({facts['mathjax']})")
+        problems["math"] += [f"math left untypeset: {t!r}" for t in facts["untypeset"]]
+        if facts["mjxContainers"] < facts["mathElements"]:
+            problems["math"].append(f"{facts['mjxContainers']} MathJax outputs for {facts['mathElements']} math elements")
+        if facts["mjxContainers"] and not any(f["family"].startswith("MJX") and f["status"] == "loaded"
+                                              for f in facts["fonts"]):
+            problems["fonts"].append("no MathJax font was loaded")
+    problems["raw_tex"] = [f"raw TeX visible: {t!r}" for t in raw_tex_fragments(facts["text"])]
+    problems["images"] = [f"image not loaded: {i['src']}" for i in facts["images"]
+                          if not i["complete"] or i["naturalWidth"] == 0]
+    problems["fonts"] += [f"font failed to load: {f['family']}" for f in facts["fonts"] if f["status"] == "error"]
+    return problems
+
+
+_SECTION_AFTER_SUMMARY = re.compile(r"^(exercises?|references|further reading)\b", re.IGNORECASE)
+
+
+def chapter_problems(facts, referenced_equations):
+    """Judge a chapter page from CHAPTER_FACTS_JS's facts; ``referenced_equations`` holds the
+    ``(page, anchor)`` pairs that prose anywhere in the book links to."""
+    problems = []
+    goals = facts["goals"]
+    if not goals["found"]:
+        problems.append("no 'Learning goals' at the top")
+    else:
+        if not goals["atTop"]:
+            problems.append("'Learning goals' comes after the first section")
+        if not goals["hasList"]:
+            problems.append("'Learning goals' is not followed by a list")
+    h2 = facts["h2"]
+    summary = [i for i, t in enumerate(h2) if re.match(r"summary\b", t, re.IGNORECASE)]
+    if not summary:
+        problems.append("no 'Summary' section")
+    else:
+        late = [t for t in h2[summary[-1] + 1:] if not _SECTION_AFTER_SUMMARY.match(t)]
+        if late:
+            problems.append(f"sections after the Summary other than Exercises: {late}")
+    if not facts["equations"]:
+        problems.append("no numbered equation")
+    elif len(unreferenced_equations(facts, referenced_equations)) == len(facts["equations"]):
+        problems.append("no numbered equation is referenced from the prose")
+    if not facts["exercises"]:
+        problems.append("no exercise (sphinx-exercise)")
+    solved = {s["target"] for s in facts["solutions"]}
+    problems += [f"exercise #{e} has no solution" for e in facts["exercises"] if e not in solved]
+    for s in facts["solutions"]:
+        if not s["dropdown"]:
+            problems.append(f"solution to #{s['target']} is not a dropdown")
+        elif not (s["hiddenAtFirst"] and s["shownOnClick"]):
+            problems.append(f"solution to #{s['target']} does not open and close as a dropdown "
+                            f"(hidden at first: {s['hiddenAtFirst']}, shown on click: {s['shownOnClick']})")
+    return problems
+
+
+def unreferenced_equations(facts, referenced_equations):
+    """The numbered equations of a chapter page (CHAPTER_FACTS_JS) that no prose links to."""
+    return [a for a in facts["equations"] if (facts["page"], a) not in referenced_equations]
+
+
+# JavaScript run in the page (playwright's page.evaluate); waits for MathJax, images and fonts.
+COLLECT_FACTS_JS = r"""
+async () => {
+  const within = (p, ms, late) => Promise.race([p, new Promise(r => setTimeout(() => r(late), ms))]);
+  let mathjax = 'absent';
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    mathjax = await within(MathJax.startup.promise.then(() => 'ready', e => 'failed: ' + e), 20000, 'timed out');
+  }
+  for (const img of document.images) img.loading = 'eager';
+  await within(Promise.all([...document.images].map(i => i.complete ? null :
+    new Promise(r => { i.addEventListener('load', r); i.addEventListener('error', r); }))), 10000, null);
+  await within(document.fonts.ready, 10000, null);
+  const skip = 'script,style,noscript,template,pre,code,textarea,mjx-container,.highlight';
+  const texts = [];
+  const walker = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT, {acceptNode: n =>
+    n.parentElement && n.parentElement.closest(skip) ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+  while (walker.nextNode()) texts.push(walker.currentNode.nodeValue);
+  const math = [...document.querySelectorAll('.math')];
+  return {
+    mathjax,
+    mathElements: math.length,
+    untypeset: math.filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.trim().slice(0, 80)),
+    mjxContainers: document.querySelectorAll('mjx-container').length,
+    text: texts.join(' '),
+    images: [...document.images].map(i => ({src: i.getAttribute('src'), complete: i.complete, naturalWidth: i.naturalWidth})),
+    fonts: [...document.fonts].map(f => ({family: f.family, status: f.status})),
+    links: [...document.querySelectorAll('a[href]')].map(a => ({href: a.href, raw: a.getAttribute('href'),
+      headerlink: a.classList.contains('headerlink')})),
+  };
+}
+"""
+
+# JavaScript that reads a chapter page's structure; it clicks each solution's title to see the
+# dropdown open (run it after the screenshot).
+CHAPTER_FACTS_JS = r"""
+(page) => {
+  const article = document.querySelector('article') || document.body;
+  const clean = e => e.textContent.replace(/#\s*$/, '').trim();
+  const isGoals = e => /^learning goals\b/i.test(clean(e));
+  const markers = [...article.querySelectorAll('h2, h3, h4, p, .rubric')].filter(isGoals);
+  const marker = markers[0];
+  const firstSection = [...article.querySelectorAll('h2')].find(h => !isGoals(h));
+  let hasList = false;
+  if (marker) {
+    if (/^H\d$/.test(marker.tagName)) hasList = !!marker.parentElement.querySelector(':scope > ul, :scope > ol');
+    else hasList = !!marker.nextElementSibling && /^(UL|OL)$/.test(marker.nextElementSibling.tagName);
+  }
+  const atTop = !!marker && (!firstSection ||
+    !!(marker.compareDocumentPosition(firstSection) & Node.DOCUMENT_POSITION_FOLLOWING));
+  const visible = e => !!e && e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+  const solutions = [...article.querySelectorAll('.solution.admonition')].map(s => {
+    const title = s.querySelector(':scope > .admonition-title');
+    const link = title && title.querySelector('a[href*="#"]');
+    const body = [...s.children].find(c => !c.classList.contains('admonition-title'));
+    const hiddenAtFirst = !!body && !visible(body);
+    let shownOnClick = false;
+    if (title && body) { title.click(); shownOnClick = visible(body); title.click(); }
+    return {target: link ? decodeURIComponent(link.getAttribute('href').split('#')[1]) : null,
+            dropdown: s.classList.contains('dropdown'), hiddenAtFirst, shownOnClick};
+  });
+  return {
+    page,
+    goals: {found: !!marker, atTop, hasList},
+    h2: [...article.querySelectorAll('h2')].map(clean),
+    equations: [...article.querySelectorAll('div.math[id^="equation-"]')]
+      .filter(e => e.querySelector('.eqno')).map(e => e.id),
+    exercises: [...article.querySelectorAll('.exercise.admonition')].map(e => e.id),
+    solutions,
+  };
+}
+"""

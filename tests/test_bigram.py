@@ -1,0 +1,114 @@
+import collections
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from numpy.testing import assert_allclose, assert_array_equal
+
+from attncourse.bigram import (
+    bigram_counts,
+    bigram_loss_and_grads,
+    bigram_pairs,
+    bigram_probabilities,
+    conditional_entropy,
+    init_bigram,
+    train_bigram,
+)
+from attncourse.corpus import make_corpus
+from attncourse.gradcheck import gradcheck
+from attncourse.tokenizer import build_vocab, encode
+
+EPS = np.finfo(np.float64).eps
+MARGIN = 0.01  # nats, fixed before training: final training loss within H + MARGIN
+
+
+def entropy_by_counting(text):
+    """H(next | current) from Python counters over character pairs: shares no code with the package."""
+    pairs = collections.Counter(zip(text, text[1:]))
+    first = collections.Counter(a for a, _ in zip(text, text[1:]))
+    n = sum(pairs.values())
+    return -sum(c / n * np.log(c / first[a]) for (a, _), c in pairs.items())
+
+
+def test_counts_match_a_python_counter():
+    text = make_corpus(30, seed=2)
+    vocab = build_vocab(text)
+    C = bigram_counts(encode(text, vocab), len(vocab))
+    pairs = collections.Counter(zip(text, text[1:]))
+    assert C.sum() == len(text) - 1
+    for (a, b), c in pairs.items():
+        assert C[vocab.index(a), vocab.index(b)] == c
+    assert_allclose(conditional_entropy(C), entropy_by_counting(text), rtol=1e-12)
+
+
+def test_entropy_of_known_tables():
+    assert conditional_entropy(np.array([[0, 5], [5, 0]])) == 0.0  # deterministic
+    assert_allclose(conditional_entropy(np.full((4, 4), 3)), np.log(4), rtol=4 * EPS)  # uniform
+    assert_allclose(conditional_entropy(np.array([[1, 3], [0, 0]])), -(0.25 * np.log(0.25) + 0.75 * np.log(0.75)), rtol=4 * EPS)
+
+
+def test_training_reaches_the_conditional_entropy():
+    text = make_corpus(150, seed=0)
+    vocab = build_vocab(text)
+    ids = encode(text, vocab)
+    H = entropy_by_counting(text)
+    params, losses = train_bigram(ids, len(vocab), D=8, steps=400, lr=2.0, seed=0)
+    assert abs(losses[0] - np.log(len(vocab))) < 0.01  # a small initialisation starts near uniform
+    assert H <= losses[-1] <= H + MARGIN
+    assert np.all(np.diff(losses) < 0)  # plain gradient descent at this rate decreases every step
+    P = bigram_probabilities(params)
+    assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=16 * EPS)
+
+
+def test_training_is_deterministic_for_a_seed():
+    ids = encode(make_corpus(10, seed=1), build_vocab(make_corpus(10, seed=1)))
+    n = int(ids.max()) + 1
+    a = train_bigram(ids, n, D=3, steps=5, seed=4)
+    b = train_bigram(ids, n, D=3, steps=5, seed=4)
+    assert_array_equal(a[1], b[1])
+    assert_array_equal(a[0]["E"], b[0]["E"])
+
+
+def test_gradients_match_finite_differences():
+    rng = np.random.default_rng(10)
+    n_vocab, D = 6, 4
+    ids = rng.integers(0, n_vocab, size=25)
+    x, y = bigram_pairs(ids)
+    params = init_bigram(n_vocab, D, seed=3, scale=1.0)
+    _, grads = bigram_loss_and_grads(params, x, y)
+    report = gradcheck(lambda E, U: bigram_loss_and_grads({"E": E, "U": U}, x, y)[0], params, grads)
+    assert report.passed, str(report)
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match=r"at least 2 ids to form pairs, got shape \(1,\)"):
+        bigram_pairs([3])
+    with pytest.raises(ValueError, match=r"out of range for a vocabulary of 3 tokens.*\[3\]"):
+        bigram_counts([0, 3], 3)
+    with pytest.raises(ValueError, match=r"square matrix \(n_vocab, n_vocab\), got shape \(2, 3\)"):
+        conditional_entropy(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="non-negative"):
+        conditional_entropy(np.array([[1, -1], [0, 1]]))
+    with pytest.raises(ValueError, match="all zero"):
+        conditional_entropy(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="D must be a positive integer, got 0"):
+        init_bigram(3, 0)
+    with pytest.raises(ValueError, match=r"need E \(n_vocab, D\) and U \(D, n_vocab\), got E \(3, 2\) and U \(3, 2\)"):
+        bigram_probabilities({"E": np.ones((3, 2)), "U": np.ones((3, 2))})
+    with pytest.raises(ValueError, match="learning rate must be positive, got -1.0"):
+        train_bigram([0, 1, 0], 2, lr=-1.0)
+    with pytest.raises(ValueError, match="steps must be a non-negative integer, got -1"):
+        train_bigram([0, 1, 0], 2, steps=-1)
+
+
+@given(st.lists(st.integers(0, 4), min_size=2, max_size=40))
+def test_entropy_bounds_and_minimality(seq):
+    ids = np.array(seq)
+    C = bigram_counts(ids, 5)
+    H = conditional_entropy(C)
+    assert -1e-15 <= H <= np.log(5) + 1e-12
+    # the count-based conditional is the best bigram table: any other table scores worse
+    q_table = (C + 0.5) / (C.sum(axis=1, keepdims=True) + 2.5)  # smoothed: every row sums to one
+    x, y = bigram_pairs(ids)
+    assert np.mean(-np.log(q_table[x, y])) >= H - 1e-12
