@@ -38,6 +38,7 @@ IMITATES = {
     faults.attention_backward_numerator_only: ac.attention_backward,
     faults.attention_forward_unscaled: ac.attention_forward,
     faults.attention_backward_unscaled: ac.attention_backward,
+    faults.attention_backward_unscaled_throughout: ac.attention_backward,
     faults.head_backward_last_branch: ac.head_backward,
     faults.softmax_without_max_subtraction: ac.softmax,
 }
@@ -75,6 +76,14 @@ def test_missing_transpose_in_scores_is_invisible_on_example1():
     O_bad, A_bad = faults.attention_forward_missing_transpose(Q, K, V)
     O, A = ac.attention_forward(Q, K, V)
     assert_allclose(A_bad, A, rtol=0, atol=0)
+
+
+def test_missing_transpose_in_scores_changes_the_weights_when_K_is_not_symmetric():
+    # d == T_k, so the product runs; a random (non-symmetric) K exposes it
+    Q, K, V, _ = qkv(4, T=3, D=5, d=3, r=2)
+    assert not np.allclose(K, K.T)
+    A_bad = faults.attention_forward_missing_transpose(Q, K, V)[1]
+    assert np.abs(A_bad - ac.attention_forward(Q, K, V)[1]).max() > 1e-3
 
 
 def test_missing_transpose_in_scores_does_not_run_on_non_square_shapes():
@@ -169,6 +178,33 @@ def test_unscaled_backward_is_caught_by_gradcheck_and_is_off_by_sqrt_d():
     assert_allclose(bad[0], math.sqrt(d) * dQ, rtol=1e-12, atol=1e-14)
     assert_allclose(bad[1], math.sqrt(d) * dK, rtol=1e-12, atol=1e-14)
     assert_allclose(bad[2], dV, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_unscaled_throughout_passes_gradcheck_and_fails_the_values(seed):
+    # forward and backward both drop the scale: they agree, so only values can catch it
+    Q, K, V, G = qkv(seed)
+    dQ, dK, dV = faults.attention_backward_unscaled_throughout(Q, K, V, G)
+    J_unscaled = lambda Q, K, V: attention_objective(Q, K, V, G, forward=faults.attention_forward_unscaled)
+    assert ac.gradcheck(J_unscaled, {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV}).passed  # blind
+    assert not gradcheck_qkv(faults.attention_backward_unscaled_throughout, Q, K, V, G).passed  # correct forward
+    ex = example1()
+    Q1, K1, V1 = ac.project(ex.X, ex.W_Q, ex.W_K, ex.W_V)
+    assert not np.allclose(faults.attention_forward_unscaled(Q1, K1, V1)[1], [[0.75, 0.25], [0.25, 0.75]])
+
+
+def test_unscaled_throughout_is_the_correct_backward_at_sqrt_d_times_Q():
+    Q, K, V, G = qkv(5)
+    c = math.sqrt(Q.shape[-1])
+    dQ, dK, dV = ac.attention_backward(c * Q, K, V, G)
+    for bad, good in zip(faults.attention_backward_unscaled_throughout(Q, K, V, G), (c * dQ, dK, dV)):
+        assert_allclose(bad, good, rtol=1e-12, atol=1e-14)
+
+
+def test_unscaled_throughout_rejects_a_G_of_the_wrong_shape():
+    Q, K, V, G = qkv(0)
+    with pytest.raises(ValueError, match=r"G must have the shape of O = A V, \(5, 4\), got \(4, 5\)"):
+        faults.attention_backward_unscaled_throughout(Q, K, V, G.T)
 
 
 def test_saturated_weights_hide_the_unscaled_and_transposed_backward():

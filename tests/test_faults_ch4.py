@@ -74,15 +74,31 @@ def test_naive_minus_inf_gives_nan_in_both_passes_and_only_for_empty_rows(qkv):
     assert_array_equal(np.isnan(O).any(axis=-1), empty)
     assert np.isnan(dK[0]).all() and np.isnan(dV[0]).all()
     assert np.isnan(dQ[empty]).all()
-    # where no row is empty, the naive version agrees with the package
+    # where no row is empty, the naive version agrees with the package, in both passes
     O_ok, A_ok = ac.causal_attention(Q, K, V, key_valid=key_valid)
     assert_allclose(O[1], O_ok[1], rtol=1e-14, atol=1e-15)
+    for naive, package in zip((dQ, dK, dV), ac.attention_backward(Q, K, V, G, visible)):
+        assert_allclose(naive[1], package[1], rtol=1e-13, atol=1e-15)
     assert all(np.all(np.isfinite(x)) for x in (O_ok, A_ok))
     with pytest.raises(FloatingPointError, match="invalid value"):
         with np.errstate(invalid="raise"):
             faults.naive_masked_attention_forward(Q, K, V, visible)
     with pytest.warns(RuntimeWarning, match="invalid value"):
         faults.naive_masked_attention_forward(Q, K, V, visible)
+
+
+def test_naive_minus_inf_equals_the_package_when_no_row_is_empty(qkv):
+    # the naive backward spells out attention_backward's formulas; this keeps the copy honest
+    Q, K, V = qkv
+    G = np.random.default_rng(5).normal(size=(2, 6, 2))
+    causal = ac.causal_mask(6, 6)
+    O, A = faults.naive_masked_attention_forward(Q, K, V, causal)
+    O_ok, A_ok = ac.attention_forward(Q, K, V, causal)
+    assert_allclose(A, A_ok, rtol=1e-14, atol=0)
+    assert_allclose(O, O_ok, rtol=1e-14, atol=1e-15)
+    for naive, package in zip(faults.naive_masked_attention_backward(Q, K, V, G, causal),
+                              ac.attention_backward(Q, K, V, G, causal)):
+        assert_allclose(naive, package, rtol=1e-13, atol=1e-15)
 
 
 def padding_failures(attend, Q, K, V, key_valid):

@@ -4,17 +4,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from attncourse.gradcheck import STEPS, TOLERANCE, numerical_gradient
-from attncourse.jacobian import check_softmax_jacobian, softmax_jacobian
+from attncourse.faults import softmax_backward_numerator_only
+from attncourse.gradcheck import STEPS, TOLERANCE, gradcheck
+from attncourse.jacobian import check_softmax_jacobian, numerical_jacobian, softmax_jacobian
 from attncourse.softmax import softmax, softmax_backward
 from strategies import matrices
 
 EPS = np.finfo(np.float64).eps
-
-
-def numeric_jacobian(z, h):
-    """Row j is the central-difference gradient of softmax(z)_j."""
-    return np.stack([numerical_gradient(lambda v, j=j: softmax(v)[j], z, h) for j in range(z.size)])
 
 
 def test_known_value():
@@ -25,7 +21,30 @@ def test_known_value():
 def test_matches_finite_differences_at_both_steps():
     z = np.random.default_rng(3).normal(size=6)
     for h in STEPS:
-        assert np.max(np.abs(softmax_jacobian(z) - numeric_jacobian(z, h))) < TOLERANCE
+        assert np.max(np.abs(softmax_jacobian(z) - numerical_jacobian(softmax, z, h))) < TOLERANCE
+
+
+def test_numerical_jacobian_of_a_non_square_map():
+    A = np.random.default_rng(5).normal(size=(3, 4))
+    z = np.random.default_rng(6).normal(size=4)
+    J = numerical_jacobian(lambda v: np.tanh(A @ v), z, 1e-5)  # (3, 4) x (4,) -> (3,)
+    assert J.shape == (3, 4)
+    assert np.max(np.abs(J - (1 - np.tanh(A @ z)[:, None] ** 2) * A)) < TOLERANCE
+    with pytest.raises(ValueError, match=r"z must be 1-D \(n,\), got shape \(2, 2\)"):
+        numerical_jacobian(softmax, np.zeros((2, 2)), 1e-5)
+
+
+def test_softmax_backward_is_the_jacobian_transpose_times_upstream_row_by_row():
+    rng = np.random.default_rng(7)
+    S, dA = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))  # T = 5 rows of n = 7 entries
+    A = softmax(S)
+    by_jacobian = np.einsum("tjm,tj->tm", softmax_jacobian(S), dA)  # row t: J_t^T dA_t
+    assert_allclose(softmax_backward(A, dA), by_jacobian, rtol=0, atol=16 * EPS)
+    # and both are the gradient of J = sum(dA * softmax(S)); the numerator-only backward is not
+    J = lambda S: float(np.sum(dA * softmax(S)))  # noqa: E731
+    assert gradcheck(J, {"S": S}, {"S": softmax_backward(A, dA)}).passed
+    faulty = gradcheck(J, {"S": S}, {"S": softmax_backward_numerator_only(A, dA)})
+    assert not faulty.passed and faulty.worst > 1e3 * TOLERANCE
 
 
 def test_extreme_logits_are_finite():

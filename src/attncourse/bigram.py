@@ -123,7 +123,7 @@ def bigram_probabilities(params):
     array([1., 1., 1.])
     """
     E, U = _check_params(params)
-    return softmax(E @ U)  # (n_vocab, D) x (D, n_vocab) -> (n_vocab, n_vocab)
+    return softmax(unembedding_forward(E, U))  # (n_vocab, D) x (D, n_vocab) -> (n_vocab, n_vocab)
 
 
 def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from ._validate import as_float_array
 from .attention import attention_scores, causal_mask
 from .examples import transpose_pair
 from .softmax import softmax
@@ -33,7 +34,7 @@ EPS = np.finfo(np.float64).eps
 
 
 def _as_array(name, x, min_ndim=1):
-    x = np.asarray(x, dtype=np.float64)
+    x = as_float_array(name, x)
     if x.ndim < min_ndim:
         raise ValueError(f"{name} must be at least {min_ndim}-D, got shape {x.shape}")
     return x
@@ -43,6 +44,12 @@ def check_rows_sum_to_one(A, atol=None):
     """Raise ``AssertionError`` unless every row of ``A`` is finite, non-negative and sums to one.
 
     Rows run along the last axis. The default tolerance is ``4 n eps`` for rows of length ``n``.
+
+    >>> import numpy as np
+    >>> check_rows_sum_to_one(np.array([[1.2, -0.2]]))
+    Traceback (most recent call last):
+    ...
+    AssertionError: rows summing to one: A holds a negative weight -0.2 at (0, 1)
     """
     A = _as_array("A", A)
     n = A.shape[-1]

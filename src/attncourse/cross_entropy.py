@@ -1,8 +1,10 @@
-"""Cross-entropy of next-token logits, computed with log-sum-exp, and its gradient ``(p - onehot(y)) / B``.
+"""Cross-entropy of next-token logits, computed with log-sum-exp, and its gradient ``(p - onehot(y)) / N``.
 
 For logits ``Z (..., n_vocab)`` and target ids ``y`` (shape ``Z.shape[:-1]``), the loss is
-the **mean** over the ``B = y.size`` examples of ``-log p_y = logsumexp(z) - z_y``
-(``REDUCTION = "mean"``), and ``dZ = (softmax(Z) - onehot(y)) / B``.
+the **mean** of ``-log p_y = logsumexp(z) - z_y`` over all ``N = y.size`` predictions
+(``REDUCTION = "mean"``), and ``dZ = (softmax(Z) - onehot(y)) / N``. In Chapter 2 a batch
+holds ``B`` examples of one prediction each, so ``N = B``; for ``B`` sequences of ``T``
+positions (Chapter 4 on), ``Z`` has shape ``(B, T, n_vocab)`` and ``N = B T``.
 
 >>> import numpy as np
 >>> z = np.log(np.array([[1.0, 2.0, 3.0, 6.0]]))  # p = (1, 2, 3, 6) / 12
@@ -16,6 +18,7 @@ import numpy as np
 
 from ._validate import as_float_array
 from .embedding import one_hot
+from .gradcheck import TOLERANCE, numerical_gradient
 from .softmax import logsumexp, softmax
 from .tokenizer import check_ids
 
@@ -48,7 +51,7 @@ def check_logits_targets(Z, y):
 
 
 def cross_entropy(Z, y):
-    """Return the mean over examples of ``-log softmax(z)_y``, as a float, without overflow.
+    """Return the mean over all predictions of ``-log softmax(z)_y``, as a float, without overflow.
 
     >>> cross_entropy(np.array([1000.0, -1000.0]), np.array(0))
     0.0
@@ -61,7 +64,7 @@ def cross_entropy(Z, y):
 
 
 def cross_entropy_backward(Z, y):
-    """Return ``dZ = (softmax(Z) - onehot(y)) / B``, the gradient of :func:`cross_entropy`.
+    """Return ``dZ = (softmax(Z) - onehot(y)) / N``, the gradient of :func:`cross_entropy` (``N = y.size``).
 
     Each row of ``dZ`` sums to zero.
 
@@ -107,16 +110,10 @@ def check_cross_entropy(fn):
     dZ = np.asarray(dZ, dtype=np.float64)
     assert dZ.shape == Z.shape, f"gradient has the shape of Z: expected {Z.shape}, got {dZ.shape}"
     assert np.allclose(dZ.sum(axis=-1), 0, rtol=0, atol=1e-15), "gradient rows sum to zero"
-    h = 1e-5
-    numeric = np.zeros_like(Z)
-    for idx in np.ndindex(Z.shape):
-        Zp, Zm = Z.copy(), Z.copy()
-        Zp[idx] += h
-        Zm[idx] -= h
-        numeric[idx] = (float(fn(Zp, y)[0]) - float(fn(Zm, y)[0])) / (2 * h)
+    numeric = numerical_gradient(lambda Z: float(fn(Z, y)[0]), Z, 1e-5)
     err = float(np.max(np.abs(dZ - numeric)))
-    assert err < 1e-7, (
-        f"gradient matches central differences of the loss: max |error| = {err:.1e} >= 1e-7 "
+    assert err < TOLERANCE, (
+        f"gradient matches central differences of the loss: max |error| = {err:.1e} >= {TOLERANCE:.0e} "
         "(check the sign and the 1/B of the mean)"
     )
     return ("loss is a scalar", "loss is the mean of -log p_y", "mean over the batch",

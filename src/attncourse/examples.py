@@ -142,12 +142,21 @@ def attention_objective(Q, K, V, G, forward=attention_forward):
 
     ``forward`` defaults to :func:`attncourse.attention_forward`; a planted fault of the
     same signature can be passed instead.
+
+    >>> from attncourse.head import project
+    >>> ex = example1()
+    >>> round(attention_objective(*project(ex.X, ex.W_Q, ex.W_K, ex.W_V), ex.G), 12)
+    7.5
     """
     O, _ = forward(Q, K, V)
     return probe_objective(O, G)
 
 
 def head_objective(X, W_Q, W_K, W_V, G):
-    """Return ``J`` of the head output on input ``X`` under the probe ``G``."""
+    """Return ``J`` of the head output on input ``X`` under the probe ``G``.
+
+    >>> round(head_objective(*example2()), 12)
+    5.0
+    """
     O, _ = head_forward(X, W_Q, W_K, W_V)
     return probe_objective(O, G)

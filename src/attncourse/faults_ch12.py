@@ -5,9 +5,10 @@ Every check in those chapters (and in ``tests/``) is shown to catch the fault it
 - :func:`embedding_backward_overwrite`: ``dE[ids] = dX`` keeps only the last occurrence of a repeated token;
 - :func:`embedding_backward_fancy_iadd`: ``dE[ids] += dX`` looks like accumulation but is buffered, so it too
   keeps one occurrence;
-- :func:`softmax_naive` and :func:`cross_entropy_naive`: no max subtraction, so ``exp(1000)`` overflows;
+- :func:`cross_entropy_naive`: ``-log`` of the softmax computed without max subtraction
+  (:func:`attncourse.faults.softmax_without_max_subtraction`), so ``exp(1000)`` overflows;
 - :func:`cross_entropy_backward_wrong_sign`: ``onehot(y) - p`` (gradient ascent on the loss);
-- :func:`cross_entropy_backward_sum`: forgets the ``1/B`` of the mean loss;
+- :func:`cross_entropy_backward_sum`: forgets the ``1/N`` of the mean loss (``N = y.size`` predictions);
 - :func:`unembedding_backward_transposed`: returns ``dU`` transposed, ``dZ^T X``.
 
 >>> import numpy as np
@@ -17,18 +18,27 @@ nan
 
 import numpy as np
 
+from .cross_entropy import check_logits_targets
 from .embedding import one_hot
+from .faults import softmax_without_max_subtraction
 from .softmax import softmax
 
 __all__ = [
     "embedding_backward_overwrite",
     "embedding_backward_fancy_iadd",
-    "softmax_naive",
     "cross_entropy_naive",
     "cross_entropy_backward_wrong_sign",
     "cross_entropy_backward_sum",
     "unembedding_backward_transposed",
 ]
+
+
+def _zero_table_and_rows(dX, ids, n_vocab):
+    """Return ``(dE, ids, rows)``: a zero ``(n_vocab, D)`` table, the flat ids and the matching rows of ``dX``."""
+    ids = np.asarray(ids).reshape(-1)
+    dX = np.asarray(dX, dtype=np.float64)
+    rows = dX.reshape(ids.size, dX.shape[-1])  # (T, D): row i belongs to token ids[i]
+    return np.zeros((n_vocab, dX.shape[-1])), ids, rows
 
 
 def embedding_backward_overwrite(dX, ids, n_vocab):
@@ -38,10 +48,8 @@ def embedding_backward_overwrite(dX, ids, n_vocab):
     array([[1.],
            [0.]])
     """
-    ids = np.asarray(ids)
-    dX = np.asarray(dX, dtype=np.float64)
-    dE = np.zeros((n_vocab, dX.shape[-1]))
-    dE[ids.reshape(-1)] = dX.reshape(-1, dX.shape[-1])
+    dE, ids, rows = _zero_table_and_rows(dX, ids, n_vocab)
+    dE[ids] = rows  # the fault: the last occurrence of a repeated id wins
     return dE
 
 
@@ -52,37 +60,46 @@ def embedding_backward_fancy_iadd(dX, ids, n_vocab):
     array([[1.],
            [0.]])
     """
-    ids = np.asarray(ids)
-    dX = np.asarray(dX, dtype=np.float64)
-    dE = np.zeros((n_vocab, dX.shape[-1]))
-    dE[ids.reshape(-1)] += dX.reshape(-1, dX.shape[-1])
+    dE, ids, rows = _zero_table_and_rows(dX, ids, n_vocab)
+    dE[ids] += rows  # the fault: buffered, so a repeated id is added once
     return dE
 
 
-def softmax_naive(Z):
-    """FAULT: ``exp(Z) / sum(exp(Z))`` without subtracting the row maximum (overflows silently to NaN)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        e = np.exp(np.asarray(Z, dtype=np.float64))
-        return e / e.sum(axis=-1, keepdims=True)
-
-
 def cross_entropy_naive(Z, y):
-    """FAULT: the mean of ``-log(softmax_naive(Z)_y)``: NaN or inf for logits such as 1000 or -1000."""
-    p = softmax_naive(Z)
-    p_y = np.take_along_axis(p, np.asarray(y)[..., None], axis=-1)[..., 0]
-    with np.errstate(divide="ignore", invalid="ignore"):
+    """FAULT: the mean of ``-log(p_y)`` with ``p`` from a softmax without max subtraction.
+
+    NaN or inf for logits such as 1000 or -1000; right for moderate logits.
+
+    >>> cross_entropy_naive(np.array([[0.0, -1000.0]]), np.array([1]))  # the true loss is 1000
+    inf
+    """
+    y = np.asarray(y)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        p = softmax_without_max_subtraction(Z)
+        p_y = np.take_along_axis(p, y[..., None], axis=-1)[..., 0]
         return float(np.mean(-np.log(p_y)))
 
 
 def cross_entropy_backward_wrong_sign(Z, y):
-    """FAULT: ``(onehot(y) - p) / B``, the negative of the gradient."""
-    y = np.asarray(y)
-    return (one_hot(y, np.shape(Z)[-1]) - softmax(Z)) / y.size
+    """FAULT: ``(onehot(y) - p) / N``, the negative of the gradient.
+
+    >>> cross_entropy_backward_wrong_sign(np.zeros((2, 2)), np.array([0, 0]))
+    array([[ 0.25, -0.25],
+           [ 0.25, -0.25]])
+    """
+    Z, y = check_logits_targets(Z, y)
+    return (one_hot(y, Z.shape[-1]) - softmax(Z)) / y.size
 
 
 def cross_entropy_backward_sum(Z, y):
-    """FAULT: ``p - onehot(y)`` without the ``1/B``: the gradient of the summed loss, paired with a mean loss."""
-    return softmax(Z) - one_hot(y, np.shape(Z)[-1])
+    """FAULT: ``p - onehot(y)`` without the ``1/N``: the gradient of the summed loss, paired with a mean loss.
+
+    >>> cross_entropy_backward_sum(np.zeros((2, 2)), np.array([0, 0]))  # twice the right gradient
+    array([[-0.5,  0.5],
+           [-0.5,  0.5]])
+    """
+    Z, y = check_logits_targets(Z, y)
+    return softmax(Z) - one_hot(y, Z.shape[-1])
 
 
 def unembedding_backward_transposed(X, U, dZ):
@@ -90,6 +107,10 @@ def unembedding_backward_transposed(X, U, dZ):
 
     Its shape is ``(n_vocab, D)`` instead of ``(D, n_vocab)``: unequal sizes expose it at once,
     and with ``D = n_vocab`` only a value check (finite differences) can.
+
+    >>> dX, dU_T = unembedding_backward_transposed(np.ones((4, 2)), np.ones((2, 3)), np.ones((4, 3)))
+    >>> dX.shape, dU_T.shape  # U has shape (2, 3)
+    ((4, 2), (3, 2))
     """
     X, U, dZ = (np.asarray(a, dtype=np.float64) for a in (X, U, dZ))
     D, n_vocab = U.shape

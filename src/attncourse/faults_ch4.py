@@ -79,6 +79,13 @@ def naive_masked_softmax(S, visible):
     """WRONG for rows with nothing visible: fill hidden scores with ``-inf``, then an ordinary softmax.
 
     Such a row has maximum ``-inf``; ``-inf - (-inf)`` is ``NaN``.
+
+    >>> import numpy as np
+    >>> visible = np.array([[True, False], [False, False]])  # row 1 has nothing visible
+    >>> with np.errstate(invalid="ignore"):
+    ...     naive_masked_softmax(np.zeros((2, 2)), visible)
+    array([[ 1.,  0.],
+           [nan, nan]])
     """
     S = np.where(visible, S, -np.inf)
     shifted = S - np.max(S, axis=-1, keepdims=True)
@@ -94,7 +101,14 @@ def naive_masked_attention_forward(Q, K, V, visible):
 
 
 def naive_masked_attention_backward(Q, K, V, G, visible):
-    """WRONG for rows with nothing visible: the backward pass through :func:`naive_masked_softmax`."""
+    """WRONG for rows with nothing visible: the backward pass through :func:`naive_masked_softmax`.
+
+    These are the formulas of :func:`attncourse.attention_backward`, applied to the naive
+    weights and written out so that the NaN can be followed line by line: a NaN row of ``A``
+    makes every row of ``dV = A^T G`` NaN, and a NaN row of ``dS`` every row of ``dK``.
+    Wherever no row is empty the result equals :func:`attncourse.attention_backward`
+    (``tests/test_faults_ch4.py`` pins that, so the two cannot drift apart).
+    """
     _, A = naive_masked_attention_forward(Q, K, V, visible)
     d = Q.shape[-1]
     dV = np.swapaxes(A, -1, -2) @ G  # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)

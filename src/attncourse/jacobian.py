@@ -1,7 +1,14 @@
-"""The Jacobian of softmax, ``dp/dz = diag(p) - p p^T``, and a checker for a learner's version.
+"""The softmax Jacobian ``dp/dz = diag(p) - p p^T`` as a dense matrix, for teaching and checking.
 
 Chapter 2 derives it from the quotient rule: ``diag(p)`` is the numerator path and
 ``-p p^T`` the denominator path. It is symmetric and each row sums to zero.
+
+A backward pass never builds this ``n x n`` matrix: :func:`attncourse.softmax_backward`
+computes the vector-Jacobian product ``J^T dp = p * (dp - p . dp)`` in ``O(n)``. The
+dense form exists to make that product visible (Chapter 2 and ``tests/test_jacobian.py``
+assert ``softmax_backward(p, dp) == softmax_jacobian(z).T @ dp``) and to check a learner's
+Jacobian. :func:`numerical_jacobian` estimates a Jacobian by central differences, using
+:func:`attncourse.numerical_gradient` for each output.
 
 >>> import numpy as np
 >>> softmax_jacobian(np.log([1.0, 3.0]))
@@ -12,9 +19,10 @@ array([[ 0.1875, -0.1875],
 import numpy as np
 
 from ._validate import as_float_array
+from .gradcheck import TOLERANCE, numerical_gradient
 from .softmax import softmax
 
-__all__ = ["softmax_jacobian", "check_softmax_jacobian"]
+__all__ = ["softmax_jacobian", "numerical_jacobian", "check_softmax_jacobian"]
 
 
 def softmax_jacobian(z):
@@ -34,14 +42,22 @@ def softmax_jacobian(z):
     return numerator_path + denominator_path
 
 
-def _central_jacobian(f, z, h):
-    """Central-difference Jacobian of a vector function ``f`` at a 1-D point ``z``."""
-    cols = []
-    for k in range(z.size):
-        step = np.zeros_like(z)
-        step[k] = h
-        cols.append((f(z + step) - f(z - step)) / (2 * h))
-    return np.stack(cols, axis=-1)
+def numerical_jacobian(f, z, h):
+    """Return the central-difference Jacobian ``J[j, k] ~ df_j/dz_k`` of ``f`` at a 1-D point ``z``.
+
+    ``f`` maps an array of shape ``(n,)`` to an array of shape ``(m,)``; the result has shape
+    ``(m, n)``. Row ``j`` is :func:`attncourse.numerical_gradient` of ``f(z)[j]``, so every
+    coordinate of ``z`` is perturbed.
+
+    >>> numerical_jacobian(lambda v: v ** 2, np.array([1.0, 3.0]), 1e-5).round(6)
+    array([[2., 0.],
+           [0., 6.]])
+    """
+    z = as_float_array("z", z)
+    if z.ndim != 1:
+        raise ValueError(f"z must be 1-D (n,), got shape {z.shape}")
+    m = np.size(f(z))
+    return np.stack([numerical_gradient(lambda v, j=j: float(np.ravel(f(v))[j]), z, h) for j in range(m)])
 
 
 def check_softmax_jacobian(fn):
@@ -60,9 +76,9 @@ def check_softmax_jacobian(fn):
         "rows sum to zero: softmax ignores adding a constant to every logit "
         "(a numerator-only Jacobian diag(p) fails this)"
     )
-    numeric = _central_jacobian(softmax, z, 1e-5)
-    assert np.max(np.abs(J - numeric)) < 1e-7, (
-        f"matches central differences of softmax: max |error| = {np.max(np.abs(J - numeric)):.1e} >= 1e-7"
+    error = float(np.max(np.abs(J - numerical_jacobian(softmax, z, 1e-5))))
+    assert error < TOLERANCE, (
+        f"matches central differences of softmax: max |error| = {error:.1e} >= {TOLERANCE:.0e}"
     )
     z_big = np.array([1000.0, -1000.0, 0.0])
     J_big = np.asarray(fn(z_big), dtype=np.float64)

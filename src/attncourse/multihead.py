@@ -18,7 +18,7 @@ import numpy as np
 
 from ._validate import as_float_array
 from .attention import attention_backward, causal_attention, causal_mask
-from .head import projection_backward
+from .head import project, projection_backward
 from .masks import combine_masks, key_padding_mask
 
 __all__ = [
@@ -117,9 +117,7 @@ def _forward(params, X, heads, key_valid, split, merge):
     """The forward pass with the split and merge steps as arguments (fault variants swap them)."""
     X, W_Q, W_K, W_V, W_O = _check(params, X, heads)
     T = X.shape[-2]
-    Q = X @ W_Q  # (..., T, D) x (D, H d) -> (..., T, H d)
-    K = X @ W_K  # (..., T, D) x (D, H d) -> (..., T, H d)
-    V = X @ W_V  # (..., T, D) x (D, H r) -> (..., T, H r)
+    Q, K, V = project(X, W_Q, W_K, W_V)  # (..., T, D) x (D, H d) -> (..., T, H d); V: (..., T, H r)
     Q_h, K_h, V_h = split(Q, heads), split(K, heads), split(V, heads)  # (..., H, T, d), (..., H, T, r)
     visible = causal_mask(T, T)  # (T, T)
     head_valid = None
@@ -142,9 +140,7 @@ def _backward(params, cache, dY, split, merge):
     expected = cache["C"].shape[:-1] + (W_O.shape[1],)
     if dY.shape != expected:
         raise ValueError(f"dY must have the shape of the output Y, {expected}, got {dY.shape}")
-    C = cache["C"]
-    dW_O = (np.swapaxes(C, -1, -2) @ dY).reshape(-1, *W_O.shape).sum(axis=0)  # (..., H r, T) x (..., T, D_out), summed
-    dC = dY @ W_O.T  # (..., T, D_out) x (D_out, H r) -> (..., T, H r)
+    dC, dW_O = projection_backward(cache["C"], W_O, dY)  # dC (..., T, H r); dW_O (H r, D_out), summed over the batch
     dO_h = split(dC, heads)  # backward of the merge: (..., H, T, r)
     dQ_h, dK_h, dV_h = attention_backward(cache["Q"], cache["K"], cache["V"], dO_h, cache["visible"])
     dQ, dK, dV = merge(dQ_h), merge(dK_h), merge(dV_h)  # backward of the split: (..., T, H d), (..., T, H r)
@@ -176,6 +172,15 @@ def multihead_backward(params, cache, dY):
     """Return ``dparams, dX`` for the upstream gradient ``dY = dJ/dY``.
 
     ``dparams`` has the keys of ``params``; weight gradients are summed over the batch.
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> params = init_multihead(rng, D=4, heads=2, d=3, r=2, D_out=5)
+    >>> X = rng.normal(size=(2, 6, 4))
+    >>> Y, cache = multihead_forward(params, X, heads=2)
+    >>> dparams, dX = multihead_backward(params, cache, np.ones_like(Y))
+    >>> {name: g.shape for name, g in dparams.items()}, dX.shape
+    ({'W_Q': (4, 6), 'W_K': (4, 6), 'W_V': (4, 4), 'W_O': (4, 5)}, (2, 6, 4))
     """
     return _backward(params, cache, dY, split_heads, merge_heads)
 
@@ -185,14 +190,21 @@ def multihead_by_loop(params, X, heads, key_valid=None):
 
     ``W^(h)`` is head ``h``'s block of columns (rows, for ``W_O``). No reshape and no
     transpose: this is the definition that :func:`multihead_forward` must reproduce.
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(1)
+    >>> params = init_multihead(rng, D=5, heads=3, d=2, r=2)
+    >>> X = rng.normal(size=(4, 5))
+    >>> bool(np.allclose(multihead_by_loop(params, X, 3), multihead_forward(params, X, 3)[0], rtol=1e-13, atol=1e-15))
+    True
     """
     X, W_Q, W_K, W_V, W_O = _check(params, X, heads)
     d, r = W_Q.shape[1] // heads, W_V.shape[1] // heads
     Y = 0.0
     for h in range(heads):
         cols_k, cols_v = slice(h * d, (h + 1) * d), slice(h * r, (h + 1) * r)
-        O_h, _ = causal_attention(
+        O_h, _ = causal_attention(  # (..., T, D) x (D, d), twice, and (..., T, D) x (D, r); O_h is (..., T, r)
             X @ W_Q[:, cols_k], X @ W_K[:, cols_k], X @ W_V[:, cols_v], key_valid=key_valid
-        )  # (..., T, r)
+        )
         Y = Y + O_h @ W_O[cols_v, :]  # (..., T, r) x (r, D_out) -> (..., T, D_out)
     return Y

@@ -33,6 +33,11 @@ def weights_heatmap(panels, cmap="Blues"):
 
     ``labels`` (optional, same shape as ``A``) holds the text written in each cell; by
     default the weights rounded to three decimals.
+
+    >>> fig = weights_heatmap([(np.full((2, 3), 1 / 3), "uniform")])
+    >>> [t.get_text() for t in fig.axes[0].texts][:2]
+    ['0.333', '0.333']
+    >>> plt.close(fig)
     """
     fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.4, 3.0), squeeze=False,
                              constrained_layout=True)
@@ -85,7 +90,13 @@ def scaling_experiment(dims, n_queries=400, n_keys=16, seed=0):
 
 
 def scaling_figure(dims, stats, n_keys=16):
-    """Two panels: score spread against ``d``, and the mean largest weight against ``d``."""
+    """Two panels: score spread against ``d``, and the mean largest weight against ``d``.
+
+    >>> fig = scaling_figure([2, 8], scaling_experiment([2, 8], n_queries=20, n_keys=4), n_keys=4)
+    >>> [ax.get_title() for ax in fig.axes]
+    ['score spread', 'softmax concentration (4 keys)']
+    >>> plt.close(fig)
+    """
     dims = np.asarray(dims)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
     ax1.loglog(dims, stats["spread_unscaled"], "o-", label=r"unscaled $q\cdot k$")
@@ -126,7 +137,13 @@ def step_size_errors(f, x, analytic, steps):
 
 
 def step_size_figure(steps, errors, chosen=STEPS, tolerance=TOLERANCE):
-    """Log-log plot of the finite-difference error against the step, one line per ``errors`` entry."""
+    """Log-log plot of the finite-difference error against the step, one line per ``errors`` entry.
+
+    >>> fig = step_size_figure([1e-2, 1e-5, 1e-8], {"Q": np.array([1e-4, 1e-11, 1e-8])})
+    >>> fig.axes[0].get_xscale(), fig.axes[0].get_yscale()
+    ('log', 'log')
+    >>> plt.close(fig)
+    """
     steps = np.asarray(steps)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for (name, errs), marker in zip(errors.items(), "os^vD"):
@@ -157,7 +174,13 @@ def _arrow(ax, a, b, style="-|>", color="black", ls="-", rad=0.0, lw=1.4):
 
 
 def graph_figure():
-    """Draw the computational graph ``X -> Q, K, V -> S -> A -> O -> J`` and the three branches back to ``X``."""
+    """Draw the computational graph ``X -> Q, K, V -> S -> A -> O -> J`` and the three branches back to ``X``.
+
+    >>> fig = graph_figure()
+    >>> sorted(t.get_text() for t in fig.axes[0].texts if len(t.get_text()) == 3)  # nodes, and G
+    ['$A$', '$G$', '$J$', '$K$', '$O$', '$Q$', '$S$', '$V$', '$X$']
+    >>> plt.close(fig)
+    """
     pos = {"X": (0.6, 2.0), "Q": (3.4, 3.8), "K": (3.4, 2.0), "V": (3.4, 0.2),
            "S": (5.4, 2.9), "A": (7.2, 2.9), "O": (9.0, 1.6), "J": (10.8, 1.6)}
     colors = {"X": "#fde2b5", "Q": "#cfe3f7", "K": "#cfe3f7", "V": "#cfe3f7",

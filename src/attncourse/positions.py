@@ -26,6 +26,7 @@ def init_positions(rng, T_max, D, scale=1.0):
 
 
 def _check(params, X):
+    """Return ``P, X`` as float arrays, or raise ``ValueError`` naming the shapes at fault."""
     if "P" not in params:
         raise ValueError("params lacks 'P', the (T_max, D) table of position embeddings")
     P = as_float_array("P", params["P"])

@@ -43,6 +43,7 @@ class PrefixReport(NamedTuple):
 
     @property
     def passed(self):
+        """True when (i), (ii) and (iii) all hold."""
         return not self.failures
 
     def __str__(self):
@@ -53,6 +54,7 @@ class PrefixReport(NamedTuple):
 
 
 def _take(x, stop, axis):
+    """Return the first ``stop`` entries of ``x`` along ``axis`` (the prefix of the positions)."""
     index = [slice(None)] * x.ndim
     index[axis] = slice(0, stop)
     return x[tuple(index)]

@@ -112,7 +112,11 @@ def product(X, W):
 
 
 def scores(Q, K):
-    """Return ``S`` with ``S_ij = sum_a Q_ia K_ja / sqrt(d)``, ``d`` the number of columns."""
+    """Return ``S`` with ``S_ij = sum_a Q_ia K_ja / sqrt(d)``, ``d`` the number of columns.
+
+    >>> scores(matrix("Q", 1, 2), matrix("K", 1, 2))
+    Matrix([[sqrt(2)*(K_11*Q_11 + K_12*Q_12)/2]])
+    """
     _require(Q.cols == K.cols, f"scores needs Q and K with the same width d, got Q {Q.shape} and K {K.shape}")
     d = Q.cols
     return sp.Matrix(Q.rows, K.rows, lambda i, j: sp.Add(*[Q[i, a] * K[j, a] for a in range(d)]) / sp.sqrt(d))
@@ -129,7 +133,11 @@ def softmax_rows(S):
 
 
 def weighted_sum(A, V):
-    """Return ``O`` with ``O_il = sum_j A_ij V_jl``."""
+    """Return ``O`` with ``O_il = sum_j A_ij V_jl``.
+
+    >>> weighted_sum(sp.Matrix([[sp.Rational(3, 4), sp.Rational(1, 4)]]), sp.diag(2, 4))
+    Matrix([[3/2, 1]])
+    """
     _require(A.cols == V.rows, f"weighted_sum needs one row of V per column of A, got A {A.shape} and V {V.shape}")
     return sp.Matrix(A.rows, V.cols, lambda i, l: sp.Add(*[A[i, j] * V[j, l] for j in range(A.cols)]))
 
@@ -145,7 +153,12 @@ def pairing(M, N):
 
 
 def head_objective(X, W_Q, W_K, W_V, G):
-    """Return ``J = <G, O>`` of one head, built from the elementwise definitions only."""
+    """Return ``J = <G, O>`` of one head, built from the elementwise definitions only.
+
+    >>> ex = example1()
+    >>> sp.nsimplify(head_objective(ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"], ex["G"]))
+    15/2
+    """
     Q, K, V = product(X, W_Q), product(X, W_K), product(X, W_V)
     return pairing(G, weighted_sum(softmax_rows(scores(Q, K)), V))
 
@@ -249,7 +262,14 @@ def example1():
 
 
 def example2():
-    """Return Example 2 exactly: Example 1 with ``W_K`` all ones, so both key rows are ``[1, 1]``."""
+    """Return Example 2 exactly: Example 1 with ``W_K`` all ones, so both key rows are ``[1, 1]``.
+
+    >>> ex = example2()
+    >>> softmax_rows(scores(product(ex["X"], ex["W_Q"]), product(ex["X"], ex["W_K"])))
+    Matrix([
+    [1/2, 1/2],
+    [1/2, 1/2]])
+    """
     ex = example1()
     ex["W_K"] = sp.ones(2, 2)
     return ex
