@@ -21,7 +21,7 @@ from attncourse.unembedding import unembedding_backward, unembedding_forward
 
 def embedding_case():
     rng = np.random.default_rng(11)
-    n_vocab, D, T = 6, 4, 7
+    n_vocab, D = 6, 4
     E, W = rng.normal(size=(n_vocab, D)), rng.normal(size=(D, 3))
     ids = np.array([1, 4, 1, 0, 4, 4, 2])
     J = lambda E: float(np.sum(np.sin(embedding_forward(E, ids) @ W)))  # noqa: E731

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-__all__ = ["as_float_array", "require_ndim", "require_same", "require_finite"]
+__all__ = ["as_float_array", "require_ndim", "require_same", "require_finite", "require_positive_sizes"]
 
 
 def as_float_array(name, x):
@@ -30,3 +30,10 @@ def require_finite(name, x):
     """Raise ``ValueError`` if ``x`` holds NaN or infinity."""
     if not np.all(np.isfinite(x)):
         raise ValueError(f"{name} contains NaN or infinity")
+
+
+def require_positive_sizes(**sizes):
+    """Raise ``ValueError`` listing every size unless all are positive integers."""
+    if not all(isinstance(n, (int, np.integer)) and n > 0 for n in sizes.values()):
+        listed = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        raise ValueError(f"sizes must be positive integers, got {listed}")

@@ -108,13 +108,19 @@ def attention_backward(Q, K, V, G, visible=None):
     O, A = attention_forward(Q, K, V, visible)
     if G.shape != O.shape:
         raise ValueError(f"G must have the shape of O = A V, {O.shape}, got {G.shape}")
+    dQ, dK, dV = _backward_given_weights(Q, K, V, A, G)
+    return _unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dV, V.shape)
+
+
+def _backward_given_weights(Q, K, V, A, G):
+    """The backward formulas from the weights ``A`` on (no checks, no un-broadcasting)."""
     d = Q.shape[-1]
     dV = np.swapaxes(A, -1, -2) @ G  # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)
     dA = G @ np.swapaxes(V, -1, -2)  # (..., T_q, r) x (..., r, T_k) -> (..., T_q, T_k)
     dS = softmax_backward(A, dA)  # (..., T_q, T_k)
     dQ = dS @ K / math.sqrt(d)  # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d)
     dK = np.swapaxes(dS, -1, -2) @ Q / math.sqrt(d)  # (..., T_k, T_q) x (..., T_q, d) -> (..., T_k, d)
-    return _unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dV, V.shape)
+    return dQ, dK, dV
 
 
 def causal_mask(T_q, T_k, query_offset=0):

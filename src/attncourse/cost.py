@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .head import _check_projections
+from ._validate import require_positive_sizes
 
 __all__ = ["AttentionCost", "attention_cost", "counted_head_forward"]
 
@@ -41,10 +42,7 @@ def attention_cost(T, D, d, r):
     ...
     ValueError: sizes must be positive integers, got T=5, D=7, d=3, r=0
     """
-    sizes = {"T": T, "D": D, "d": d, "r": r}
-    if not all(isinstance(n, (int, np.integer)) and n > 0 for n in sizes.values()):
-        listed = ", ".join(f"{k}={v}" for k, v in sizes.items())
-        raise ValueError(f"sizes must be positive integers, got {listed}")
+    require_positive_sizes(T=T, D=D, d=d, r=r)
     return AttentionCost(projections=T * D * (2 * d + r), scores=T * T * d, output=T * T * r, weights_stored=T * T)
 
 
@@ -64,7 +62,7 @@ def counted_head_forward(X, W_Q, W_K, W_V):
     if X.ndim != 2:
         raise ValueError(f"counted_head_forward takes a 2-D X (T, D), got shape {X.shape}")
     T, D = X.shape
-    d, r = W_Q.shape[1], W_V.shape[1]
+    d = W_Q.shape[1]
     madds = {"projections": 0, "scores": 0, "output": 0}
 
     def matmul(M, N, kind):

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import as_float_array
+from ._validate import as_float_array, require_positive_sizes
 from .attention import attention_forward
 from .head import head_forward
 
@@ -105,10 +105,7 @@ def random_head(seed=0, T=5, D=7, d=3, r=4, scale=1.0):
     ...
     ValueError: sizes must be positive integers, got T=0, D=7, d=3, r=4
     """
-    sizes = {"T": T, "D": D, "d": d, "r": r}
-    if not all(isinstance(n, (int, np.integer)) and n > 0 for n in sizes.values()):
-        listed = ", ".join(f"{k}={v}" for k, v in sizes.items())
-        raise ValueError(f"sizes must be positive integers, got {listed}")
+    require_positive_sizes(T=T, D=D, d=d, r=r)
     rng = np.random.default_rng(seed)
     w = scale / math.sqrt(D)
     return HeadExample(

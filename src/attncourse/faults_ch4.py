@@ -23,10 +23,10 @@ Every function here is deliberately **wrong**. They mirror the correct functions
 
 import numpy as np
 
-from .attention import attention_scores, causal_mask, check_qkv
+from .attention import _backward_given_weights, attention_scores, causal_mask, check_qkv
 from .masks import combine_masks
 from .multihead import _backward, _forward, merge_heads, multihead_forward, split_heads
-from .softmax import softmax, softmax_backward
+from .softmax import softmax
 
 __all__ = [
     "causal_mask_geq",
@@ -103,20 +103,12 @@ def naive_masked_attention_forward(Q, K, V, visible):
 def naive_masked_attention_backward(Q, K, V, G, visible):
     """WRONG for rows with nothing visible: the backward pass through :func:`naive_masked_softmax`.
 
-    These are the formulas of :func:`attncourse.attention_backward`, applied to the naive
-    weights and written out so that the NaN can be followed line by line: a NaN row of ``A``
-    makes every row of ``dV = A^T G`` NaN, and a NaN row of ``dS`` every row of ``dK``.
-    Wherever no row is empty the result equals :func:`attncourse.attention_backward`
-    (``tests/test_faults_ch4.py`` pins that, so the two cannot drift apart).
+    The formulas of :func:`attncourse.attention_backward`, applied to the naive weights: a
+    NaN row of ``A`` makes every row of ``dV = A^T G`` NaN, and a NaN row of ``dS`` every row
+    of ``dK``. Wherever no row is empty the result equals :func:`attncourse.attention_backward`.
     """
     _, A = naive_masked_attention_forward(Q, K, V, visible)
-    d = Q.shape[-1]
-    dV = np.swapaxes(A, -1, -2) @ G  # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)
-    dA = G @ np.swapaxes(V, -1, -2)  # (..., T_q, r) x (..., r, T_k) -> (..., T_q, T_k)
-    dS = softmax_backward(A, dA)  # (..., T_q, T_k)
-    dQ = dS @ K / np.sqrt(d)  # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d)
-    dK = np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d)  # (..., T_k, T_q) x (..., T_q, d) -> (..., T_k, d)
-    return dQ, dK, dV
+    return _backward_given_weights(Q, K, V, A, G)
 
 
 def split_heads_no_transpose(Y, heads):
