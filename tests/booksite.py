@@ -282,6 +282,7 @@ def page_problems(facts):
     return problems
 
 
+_SECTION_NUMBER = re.compile(r"^\s*(\d+\.)+\s*")
 _SECTION_AFTER_SUMMARY = re.compile(r"^(exercises?|references|further reading)\b", re.IGNORECASE)
 
 
@@ -297,7 +298,7 @@ def chapter_problems(facts, referenced_equations):
             problems.append("'Learning goals' comes after the first section")
         if not goals["hasList"]:
             problems.append("'Learning goals' is not followed by a list")
-    h2 = facts["h2"]
+    h2 = [_SECTION_NUMBER.sub("", t) for t in facts["h2"]]  # "3.15. Summary" -> "Summary"
     summary = [i for i, t in enumerate(h2) if re.match(r"summary\b", t, re.IGNORECASE)]
     if not summary:
         problems.append("no 'Summary' section")

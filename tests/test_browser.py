@@ -386,6 +386,8 @@ FAULT_PAGES = {
     "external.html": synthetic("<p>loads</p>", "<script src='https://unpkg.com/thebe@0.8.2/lib/index.js'></script>"
                                "<link rel='stylesheet' href='https://fonts.googleapis.com/css?family=Roboto'>"),
     "chapter_good.html": chapter_page(),
+    "chapter_numbered.html": chapter_page(summary=SUMMARY.replace(
+        "<h2>Summary</h2>", "<h2><span class='section-number'>9.3. </span>Summary</h2>")),
     "chapter_no_goals.html": chapter_page(goals="<h1>Chapter 9</h1><p>Why.</p>"),
     "chapter_late_goals.html": chapter_page(goals="<h1>Chapter 9</h1>", summary=SUMMARY.replace(
         "<p>Done.</p>", "<p><strong>Learning goals</strong></p><ul><li>one</li></ul>")),
@@ -487,6 +489,7 @@ def test_fault_control_chapter_structure_is_checked(fault_visits, fault_site, na
     server, _ = fault_site
     refs = equation_references(fault_visits, server.origin)
     assert booksite.chapter_problems(fault_visits["chapter_good.html"].chapter, refs) == []
+    assert booksite.chapter_problems(fault_visits["chapter_numbered.html"].chapter, refs) == []
     assert booksite.chapter_problems(fault_visits[name].chapter, refs) == [expected]
 
 
