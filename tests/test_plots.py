@@ -30,6 +30,10 @@ def test_scaling_experiment_is_seeded():
     b = plots.scaling_experiment([4, 8], n_queries=50, n_keys=4, seed=3)
     for k in a:
         assert_allclose(a[k], b[k], rtol=0, atol=0)
+    c = plots.scaling_experiment([4, 8], n_queries=50, n_keys=4, seed=4)  # control: another seed
+    assert a.keys() == c.keys()
+    for k in a:
+        assert not np.allclose(a[k], c[k]), f"{k} does not depend on the seed"
 
 
 @pytest.mark.parametrize("kwargs", [dict(dims=[]), dict(dims=[0, 2]), dict(dims=[2], n_keys=1), dict(dims=[2], n_queries=1)])
