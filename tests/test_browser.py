@@ -331,13 +331,18 @@ def test_mathjax_accessibility_tools_load_from_the_book(browser, site, html):
     assert record.external == [] and record.console == [] and record.failed == []
 
 
+def judge_from_disk(browser, folder, rel):
+    """Open ``folder/rel`` from disk (``file://``) and judge it; returns {check: [problems]}."""
+    page, record, facts = open_page(browser, (folder / rel).as_uri(), folder.as_uri() + "/",
+                                    (folder / rel).read_text())
+    page.close()
+    return judge(record, facts)
+
+
 def test_every_page_works_opened_from_disk(browser, html, visits):
     problems = []
     for rel in visits:
-        url = (html / rel).as_uri()
-        page, record, facts = open_page(browser, url, html.as_uri() + "/", (html / rel).read_text())
-        page.close()
-        checks = judge(record, facts)
+        checks = judge_from_disk(browser, html, rel)
         problems += [f"{rel} (file://): {p}" for check in checks.values() for p in check]
     assert_none(problems)
 
@@ -380,6 +385,14 @@ FAULT_PAGES = {
     "raw_tex.html": synthetic("<p>Forgot: $$x^2$$ and \\(a\\) and \\begin{align}b\\end{align} and $\\alpha$.</p>"
                               "<span class='math'>\\(y\\)</span>"),
     "broken_image.html": synthetic("<img src='missing.png' alt='gone'>"),
+    # MathJax typesets, but its fonts are looked for in a folder that does not exist
+    "mathjax_font_missing.html": synthetic("<p>Inline <span class='math'>\\(x^2\\)</span>.</p>",
+                                           "<script>MathJax = {chtml: {fontURL: '_static/mathjax/no-such-fonts'}};"
+                                           "</script>" + MATHJAX),
+    # visible text set in a web font whose file is missing
+    "font_missing.html": synthetic("<p style='font-family: PlantedFace'>Visible text.</p>",
+                                   "<style>@font-face { font-family: PlantedFace;"
+                                   " src: url('no-such-font.woff2') format('woff2'); }</style>"),
     "dead_links.html": synthetic("<a href='nowhere.html'>dead page</a> <a href='clean.html#no-such-anchor'>dead anchor</a>"
                                  " <a href='clean.html#here'>fine</a> <a href='https://example.org/'>external hyperlink</a>"),
     "console_error.html": synthetic("<script>console.error('planted');</script><script>throw new Error('planted throw');</script>"),
@@ -453,6 +466,22 @@ def test_fault_control_broken_image_is_flagged(fault_visits):
     assert visit.problems["resources"] and visit.problems["console"]  # the 404 shows there too
 
 
+def test_fault_control_missing_mathjax_fonts_are_flagged(fault_visits):
+    visit = fault_visits["mathjax_font_missing.html"]
+    assert visit.facts["mathjax"] == "ready" and visit.facts["mjxContainers"] == 1
+    assert visit.problems["math"] == []  # typeset, but in no font
+    fonts = visit.problems["fonts"]
+    assert fonts[0] == "no MathJax font was loaded"
+    assert fonts[1:] and all(p.startswith("font failed to load: MJX") for p in fonts[1:]), fonts
+    assert any("/_static/mathjax/no-such-fonts/" in f for f in visit.problems["resources"])
+
+
+def test_fault_control_missing_web_font_is_flagged(fault_visits):
+    visit = fault_visits["font_missing.html"]
+    assert visit.problems["fonts"] == ["font failed to load: PlantedFace"]
+    assert any("no-such-font.woff2" in f for f in visit.problems["resources"])
+
+
 def test_fault_control_dead_internal_links_are_flagged(fault_visits):
     problems = fault_visits["dead_links.html"].problems["links"]
     assert len(problems) == 2
@@ -501,3 +530,17 @@ def test_fault_control_an_uncited_equation_is_flagged(fault_visits, fault_site):
     assert booksite.chapter_problems(facts, refs) == []  # one equation is cited: the minimum holds
     assert booksite.unreferenced_equations(facts, refs) == ["equation-eq-t"]
     assert booksite.unreferenced_equations(fault_visits["chapter_good.html"].chapter, refs) == []
+
+
+def test_fault_control_faults_are_flagged_opened_from_disk(browser, fault_site):
+    # the book's file:// pass (judge_from_disk) must flag planted faults as the HTTP pass does
+    _, folder = fault_site
+    clean = judge_from_disk(browser, folder, "clean.html")
+    assert clean == {check: [] for check in clean}
+    raw_tex = judge_from_disk(browser, folder, "raw_tex.html")
+    assert {check for check, problems in raw_tex.items() if problems} == {"math", "raw_tex"}
+    image = judge_from_disk(browser, folder, "broken_image.html")
+    assert image["images"] == ["image not loaded: missing.png"]
+    assert any("missing.png" in f for f in image["resources"])
+    fonts = judge_from_disk(browser, folder, "mathjax_font_missing.html")["fonts"]
+    assert fonts[0] == "no MathJax font was loaded" and len(fonts) > 1
