@@ -109,7 +109,7 @@ def test_random_head_large_scale_saturates():
 
 
 @pytest.mark.parametrize("sizes, shown", [
-    (dict(T=0), "T=0"), (dict(D=-1), "D=-1"), (dict(d=2.5), "d=2.5"), (dict(r=None), "r=None"),
+    (dict(T=0), "T=0"), (dict(D=-1), "D=-1"), (dict(d=2.5), "d=2.5"), (dict(r=None), "r=None"), (dict(T=True), "T=True"),
 ])
 def test_random_head_rejects_bad_sizes(sizes, shown):
     with pytest.raises(ValueError, match=f"sizes must be positive integers.*{shown}"):

@@ -88,17 +88,12 @@ def test_naive_minus_inf_gives_nan_in_both_passes_and_only_for_empty_rows(qkv):
 
 
 def test_naive_minus_inf_equals_the_package_when_no_row_is_empty(qkv):
-    # the naive backward spells out attention_backward's formulas; this keeps the copy honest
     Q, K, V = qkv
-    G = np.random.default_rng(5).normal(size=(2, 6, 2))
     causal = ac.causal_mask(6, 6)
     O, A = faults.naive_masked_attention_forward(Q, K, V, causal)
     O_ok, A_ok = ac.attention_forward(Q, K, V, causal)
     assert_allclose(A, A_ok, rtol=1e-14, atol=0)
     assert_allclose(O, O_ok, rtol=1e-14, atol=1e-15)
-    for naive, package in zip(faults.naive_masked_attention_backward(Q, K, V, G, causal),
-                              ac.attention_backward(Q, K, V, G, causal)):
-        assert_allclose(naive, package, rtol=1e-13, atol=1e-15)
 
 
 def padding_failures(attend, Q, K, V, key_valid):
@@ -169,8 +164,7 @@ def test_positions_after_attention_are_caught(layer):
     for t in (1, 3, 4):
         assert earlier_position_influence(before, P, t) > ac.TOLERANCE
         assert earlier_position_influence(after, P, t) == 0.0
-    # same shapes, and both give every position a different vector
-    assert before(P).shape == after(P).shape
+    assert before(P).shape == after(P).shape  # same interface, different wiring
 
 
 def test_overwritten_dP_is_caught(layer):

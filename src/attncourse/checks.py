@@ -223,7 +223,7 @@ def check_causal_attention(fn, seed=0):
     # causality
     future = ~causal_mask(T, T)  # True where key j is later than query i
     for P in (probabilities, b_prob):
-        leaked = future & (np.broadcast_to(P, P.shape) != 0)
+        leaked = future & (P != 0)
         if np.any(leaked):
             idx = tuple(int(i) for i in np.argwhere(leaked)[0])
             raise AssertionError(

@@ -52,9 +52,9 @@ def project(X, W_Q, W_K, W_V):
 
 def projection_backward(X, W, dY):
     """For ``Y = X W`` return ``(dX, dW) = (dY W^T, X^T dY)``, with ``dW`` summed over batches."""
-    dX = dY @ W.T  # (..., T, n) x (n, D) -> (..., T, D)
-    dW = np.swapaxes(X, -1, -2) @ dY  # (..., D, T) x (..., T, n) -> (..., D, n)
-    return dX, dW.reshape(-1, *W.shape).sum(axis=0)
+    dX = dY @ W.T  # (..., n) x (n, D) -> (..., D)
+    dW = X.reshape(-1, W.shape[0]).T @ dY.reshape(-1, W.shape[1])  # every row of every batch: (D, N) x (N, n) -> (D, n)
+    return dX, dW
 
 
 def head_forward(X, W_Q, W_K, W_V):

@@ -17,9 +17,9 @@ backward of a split is a merge; ``dX`` sums the three projection branches.
 import numpy as np
 
 from ._validate import as_float_array
-from .attention import attention_backward, causal_attention, causal_mask
+from .attention import _backward_given_weights, causal_attention
 from .head import project, projection_backward
-from .masks import combine_masks, key_padding_mask
+from .masks import key_padding_mask
 
 __all__ = [
     "split_heads",
@@ -119,16 +119,14 @@ def _forward(params, X, heads, key_valid, split, merge):
     T = X.shape[-2]
     Q, K, V = project(X, W_Q, W_K, W_V)  # (..., T, D) x (D, H d) -> (..., T, H d); V: (..., T, H r)
     Q_h, K_h, V_h = split(Q, heads), split(K, heads), split(V, heads)  # (..., H, T, d), (..., H, T, r)
-    visible = causal_mask(T, T)  # (T, T)
     head_valid = None
     if key_valid is not None:
         key_padding_mask(key_valid, T, X.shape[:-2])  # validates the shape against X's batch
         head_valid = np.asarray(key_valid)[..., None, :]  # (..., 1, T): the same keys for every head
-        visible = combine_masks(visible, key_padding_mask(head_valid, T))  # (..., 1, T, T)
     O_h, A = causal_attention(Q_h, K_h, V_h, key_valid=head_valid)  # (..., H, T, r), (..., H, T, T)
     C = merge(O_h)  # (..., T, H r)
     Y = C @ W_O  # (..., T, H r) x (H r, D_out) -> (..., T, D_out)
-    cache = {"X": X, "Q": Q_h, "K": K_h, "V": V_h, "A": A, "C": C, "visible": visible, "heads": heads}
+    cache = {"X": X, "Q": Q_h, "K": K_h, "V": V_h, "A": A, "C": C, "heads": heads}
     return Y, cache
 
 
@@ -142,7 +140,7 @@ def _backward(params, cache, dY, split, merge):
         raise ValueError(f"dY must have the shape of the output Y, {expected}, got {dY.shape}")
     dC, dW_O = projection_backward(cache["C"], W_O, dY)  # dC (..., T, H r); dW_O (H r, D_out), summed over the batch
     dO_h = split(dC, heads)  # backward of the merge: (..., H, T, r)
-    dQ_h, dK_h, dV_h = attention_backward(cache["Q"], cache["K"], cache["V"], dO_h, cache["visible"])
+    dQ_h, dK_h, dV_h = _backward_given_weights(cache["Q"], cache["K"], cache["V"], cache["A"], dO_h)
     dQ, dK, dV = merge(dQ_h), merge(dK_h), merge(dV_h)  # backward of the split: (..., T, H d), (..., T, H r)
     dX_Q, dW_Q = projection_backward(X, W_Q, dQ)
     dX_K, dW_K = projection_backward(X, W_K, dK)

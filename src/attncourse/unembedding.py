@@ -15,6 +15,7 @@ array([[ 2.,  2., -1.]])
 import numpy as np
 
 from ._validate import as_float_array
+from .head import projection_backward
 
 __all__ = ["check_unembedding", "unembedding_forward", "unembedding_backward"]
 
@@ -63,7 +64,4 @@ def unembedding_backward(X, U, dZ):
     want = X.shape[:-1] + (U.shape[1],)
     if dZ.shape != want:
         raise ValueError(f"dZ must have the shape of Z = X U, {want}, got {dZ.shape}")
-    D, n_vocab = U.shape
-    dX = dZ @ U.T  # (..., n_vocab) x (n_vocab, D) -> (..., D)
-    dU = X.reshape(-1, D).T @ dZ.reshape(-1, n_vocab)  # (D, B) x (B, n_vocab) -> (D, n_vocab)
-    return dX, dU
+    return projection_backward(X, U, dZ)  # (dZ U^T, X^T dZ) summed over the batch
