@@ -12,7 +12,10 @@ True
 []
 """
 
+import contextlib
+import fcntl
 import functools
+import hashlib
 import html.parser
 import os
 import pathlib
@@ -20,6 +23,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -59,23 +63,40 @@ def _build_arguments():
 _BUILD_FAILURE = []
 
 
+def _is_built(html):
+    return (html / "index.html").is_file() and (html / "searchindex.js").is_file()
+
+
+@contextlib.contextmanager
+def _build_lock(html):
+    """Hold an exclusive lock on the build of ``html``: parallel pytest-xdist workers build it once."""
+    name = "attncourse-book-" + hashlib.sha256(str(html).encode()).hexdigest()[:16] + ".lock"
+    with open(pathlib.Path(tempfile.gettempdir()) / name, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker building the book makes this one wait here
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def built_html():
     """Return the built HTML folder, building the book first (README's command) when there is none."""
     if _BUILD_FAILURE:  # build at most once per session, even when it fails
         raise AssertionError(_BUILD_FAILURE[0])
     html = html_dir()
-    if not (html / "index.html").is_file() or not (html / "searchindex.js").is_file():
-        jupyter_book = pathlib.Path(sys.executable).with_name("jupyter-book")
-        args = [str(jupyter_book)] + _build_arguments()
-        if html != DEFAULT_HTML:
-            if html.name != "html" or html.parent.name != "_build":
-                raise AssertionError(f"BOOK_HTML must end in _build/html to be built there: {html}")
-            args += ["--path-output", str(html.parent.parent)]
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0 or not (html / "index.html").is_file():
-            _BUILD_FAILURE.append(f"building the book failed ({' '.join(args)}):\n"
-                                  f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
-            raise AssertionError(_BUILD_FAILURE[0])
+    with _build_lock(html):  # under pytest-xdist, the first worker builds and the others then find it
+        if not _is_built(html):
+            jupyter_book = pathlib.Path(sys.executable).with_name("jupyter-book")
+            args = [str(jupyter_book)] + _build_arguments()
+            if html != DEFAULT_HTML:
+                if html.name != "html" or html.parent.name != "_build":
+                    raise AssertionError(f"BOOK_HTML must end in _build/html to be built there: {html}")
+                args += ["--path-output", str(html.parent.parent)]
+            done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+            if done.returncode != 0 or not (html / "index.html").is_file():
+                _BUILD_FAILURE.append(f"building the book failed ({' '.join(args)}):\n"
+                                      f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+                raise AssertionError(_BUILD_FAILURE[0])
     return html
 
 

@@ -1,3 +1,5 @@
+"""Tests of attncourse.bigram: counts, the conditional entropy, the model composed of layer pairs, training."""
+
 import collections
 
 import numpy as np
@@ -15,9 +17,9 @@ from attncourse.bigram import (
     init_bigram,
     train_bigram,
 )
-from attncourse.corpus import make_corpus
-from attncourse.gradcheck import gradcheck
-from attncourse.tokenizer import build_vocab, encode
+from attncourse.params import flatten_params
+from attncourse.text import build_vocab, encode, make_corpus
+from attncourse.verify.gradients import layer_gradcheck
 
 EPS = np.finfo(np.float64).eps
 MARGIN = 0.01  # nats, fixed before training: final training loss within H + MARGIN
@@ -67,7 +69,20 @@ def test_training_is_deterministic_for_a_seed():
     a = train_bigram(ids, n, D=3, steps=5, seed=4)
     b = train_bigram(ids, n, D=3, steps=5, seed=4)
     assert_array_equal(a[1], b[1])
-    assert_array_equal(a[0]["E"], b[0]["E"])
+    for name, value in flatten_params(a[0]).items():
+        assert_array_equal(value, flatten_params(b[0])[name])
+    c = train_bigram(ids, n, D=3, steps=5, seed=5)  # control: another seed, another run
+    assert not np.array_equal(a[1], c[1])
+
+
+def bigram_forward(params, x, *, targets):
+    """The bigram model as a pair: ``loss, saved`` from ids ``x``; the backward scales the gradients."""
+    loss, grads = bigram_loss_and_grads(params, x, targets)
+    return loss, grads
+
+
+def bigram_backward(params, grads, dloss):
+    return {layer: {k: float(dloss) * g for k, g in grads[layer].items()} for layer in grads}, None
 
 
 def test_gradients_match_finite_differences():
@@ -76,9 +91,25 @@ def test_gradients_match_finite_differences():
     ids = rng.integers(0, n_vocab, size=25)
     x, y = bigram_pairs(ids)
     params = init_bigram(n_vocab, D, seed=3, scale=1.0)
-    _, grads = bigram_loss_and_grads(params, x, y)
-    report = gradcheck(lambda E, U: bigram_loss_and_grads({"E": E, "U": U}, x, y)[0], params, grads)
-    assert report.passed, str(report)
+    loss, grads = bigram_loss_and_grads(params, x, y)
+    assert {k: g.shape for k, g in flatten_params(grads).items()} == {"embed.E": (6, 4), "unembed.W": (4, 6)}
+    report = layer_gradcheck(bigram_forward, bigram_backward, params, x, targets=y)
+    assert report.passed, report
+    assert {name for name, _ in report.errors} == {"embed.E", "unembed.W"}
+
+
+def test_gradients_with_the_layers_swapped_are_caught():
+    # fault control: the embedding gradient handed to the unembedding and back is not the gradient
+    rng = np.random.default_rng(11)
+    ids = rng.integers(0, 5, size=30)
+    x, y = bigram_pairs(ids)
+    params = init_bigram(5, 5, seed=2, scale=1.0)
+
+    def swapped(params, grads, dloss):
+        good, _ = bigram_backward(params, grads, dloss)
+        return {"embed": {"E": good["unembed"]["W"]}, "unembed": {"W": good["embed"]["E"]}}, None
+
+    assert not layer_gradcheck(bigram_forward, swapped, params, x, targets=y).passed
 
 
 def test_bad_input():
@@ -92,13 +123,15 @@ def test_bad_input():
         conditional_entropy(np.array([[1, -1], [0, 1]]))
     with pytest.raises(ValueError, match="all zero"):
         conditional_entropy(np.zeros((2, 2)))
-    with pytest.raises(ValueError, match="D must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match=r"sizes must be positive integers: D=0 \(got n_vocab=3, D=0\)"):
         init_bigram(3, 0)
     with pytest.raises(ValueError, match=r"need E \(n_vocab, D\) and U \(D, n_vocab\), got E \(3, 2\) and U \(3, 2\)"):
-        bigram_probabilities({"E": np.ones((3, 2)), "U": np.ones((3, 2))})
+        bigram_probabilities({"embed": {"E": np.ones((3, 2))}, "unembed": {"W": np.ones((3, 2))}})
+    with pytest.raises(ValueError, match=r"bigram params lack \['unembed'\]"):
+        bigram_probabilities({"embed": {"E": np.ones((3, 2))}, "U": np.ones((2, 3))})
     with pytest.raises(ValueError, match="learning rate must be positive, got -1.0"):
         train_bigram([0, 1, 0], 2, lr=-1.0)
-    with pytest.raises(ValueError, match="steps must be a non-negative integer, got -1"):
+    with pytest.raises(ValueError, match=r"sizes must be non-negative integers: steps=-1 \(got steps=-1\)"):
         train_bigram([0, 1, 0], 2, steps=-1)
 
 

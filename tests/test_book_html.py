@@ -13,6 +13,8 @@ import yaml
 
 import booksite
 
+pytestmark = pytest.mark.book  # slow: the fast set is pytest -m "not book"
+
 ROOT = booksite.ROOT
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 

@@ -25,6 +25,8 @@ import pytest
 
 import booksite
 
+pytestmark = pytest.mark.book  # slow: the fast set is pytest -m "not book"
+
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 LAUNCH_FLAGS = [

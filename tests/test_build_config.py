@@ -14,6 +14,8 @@ import pytest
 
 from booksite import ROOT, _build_arguments
 
+pytestmark = pytest.mark.book  # slow: the fast set is pytest -m "not book"
+
 GOOD_CELL = "assert 1 + 1 == 2"
 INTRO = "# A tiny book\n\nOne page and one notebook.\n"
 

@@ -6,9 +6,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from attncourse import head_forward
 from attncourse.cost import AttentionCost, attention_cost, counted_head_forward
 from attncourse.examples import random_head
+from attncourse.layers.head import head_forward
 
 
 def test_formula_values():
@@ -30,7 +30,8 @@ def test_counted_reference_matches_the_formula_and_the_head(T, D, d, r, seed):
     h = random_head(seed=seed, T=T, D=D, d=d, r=r)
     O, A, counted = counted_head_forward(h.X, h.W_Q, h.W_K, h.W_V)
     assert counted == attention_cost(T, D, d, r)
-    O_ref, A_ref = head_forward(h.X, h.W_Q, h.W_K, h.W_V)
+    O_ref, saved = head_forward(h.params, h.X)
+    A_ref = saved["A"]
     assert_allclose(O, O_ref, rtol=1e-12, atol=1e-12)
     assert_allclose(A, A_ref, rtol=1e-12, atol=1e-12)
 

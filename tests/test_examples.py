@@ -7,7 +7,10 @@ import pytest
 from hypothesis import given
 from numpy.testing import assert_allclose
 
-from attncourse import attention_backward, attention_forward, faults, head_backward, head_forward, numerical_gradient, project
+from attncourse.faults.attention import attention_forward_unscaled
+from attncourse.layers.attention import attention_backward, attention_forward
+from attncourse.layers.head import head_backward, head_forward, project
+from attncourse.verify.gradients import numerical_gradient
 from attncourse.examples import (
     HeadExample,
     attention_objective,
@@ -31,7 +34,8 @@ def test_example1_forward_values():
     assert_allclose(Q, math.sqrt(2) * LN3 * np.eye(2), rtol=TIGHT)
     assert_allclose(K, np.eye(2))
     assert_allclose(V, [[2.0, 0.0], [0.0, 4.0]])
-    O, A = head_forward(ex.X, ex.W_Q, ex.W_K, ex.W_V)
+    O, saved = head_forward(ex.params, ex.X)
+    A = saved["A"]
     assert_allclose(A, [[0.75, 0.25], [0.25, 0.75]], rtol=TIGHT, atol=TIGHT)
     assert_allclose(O, [[1.5, 1.0], [0.5, 3.0]], rtol=TIGHT, atol=TIGHT)
     assert probe_objective(O, ex.G) == pytest.approx(7.5, abs=TIGHT)
@@ -46,7 +50,8 @@ def test_example1_backward_values():
     assert_allclose(dV, [[0.75, 0.5], [0.25, 1.5]], rtol=TIGHT, atol=TIGHT)
     assert_allclose(dQ, dS / math.sqrt(2), rtol=TIGHT, atol=TIGHT)
     assert_allclose(dK, LN3 * dS.T, rtol=TIGHT, atol=TIGHT)
-    dX = head_backward(*ex).dX
+    _, saved = head_forward(ex.params, ex.X)
+    _, dX = head_backward(ex.params, saved, ex.G)
     desired = [[1.5 + 3 * LN3 / 4, 2 - 15 * LN3 / 8], [0.5 - 15 * LN3 / 8, 6 + 3 * LN3]]
     assert_allclose(dX, desired, rtol=TIGHT, atol=TIGHT)
 
@@ -69,6 +74,14 @@ def test_example2_differs_from_example1_only_in_W_K():
     for name in ("X", "W_Q", "W_V", "G"):
         assert (getattr(e1, name) == getattr(e2, name)).all()
     assert not np.array_equal(e1.W_K, e2.W_K)
+
+
+def test_params_is_the_head_layer_dict():
+    ex = random_head(seed=7)
+    assert list(ex.params) == ["W_Q", "W_K", "W_V"]
+    for name, W in ex.params.items():
+        assert W is getattr(ex, name)
+    assert head_objective(*ex) == probe_objective(head_forward(ex.params, ex.X)[0], ex.G)
 
 
 def test_examples_return_fresh_arrays():
@@ -98,13 +111,13 @@ def test_random_head_is_seeded_non_square_and_float64():
 @pytest.mark.parametrize("seed", [0, 1, 5])
 def test_random_head_default_scale_is_not_saturated(seed):
     h = random_head(seed=seed)
-    A = head_forward(h.X, h.W_Q, h.W_K, h.W_V)[1]
+    A = head_forward(h.params, h.X)[1]["A"]
     assert A.min() > 0.02 and A.max() < 0.9
 
 
 def test_random_head_large_scale_saturates():
     h = random_head(seed=0, scale=40.0)
-    A = head_forward(h.X, h.W_Q, h.W_K, h.W_V)[1]
+    A = head_forward(h.params, h.X)[1]["A"]
     assert A.max(axis=-1).min() > 1 - 1e-6
 
 
@@ -137,7 +150,7 @@ def test_attention_objective_accepts_a_planted_forward():
     Q, K, V = project(h.X, h.W_Q, h.W_K, h.W_V)
     J = attention_objective(Q, K, V, h.G)
     assert J == pytest.approx(probe_objective(attention_forward(Q, K, V)[0], h.G), abs=0)
-    assert attention_objective(Q, K, V, h.G, forward=faults.attention_forward_unscaled) != pytest.approx(J)
+    assert attention_objective(Q, K, V, h.G, forward=attention_forward_unscaled) != pytest.approx(J)
 
 
 def test_head_objective_matches_attention_objective():

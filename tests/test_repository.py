@@ -1,7 +1,9 @@
-"""Repository-wide checks: notebooks are stored stripped, and import attncourse stays light."""
+"""Repository-wide checks: notebooks are stored stripped, import attncourse stays light, and its API is curated."""
 
+import importlib
 import json
 import pathlib
+import pkgutil
 import subprocess
 import sys
 
@@ -44,3 +46,36 @@ def test_import_attncourse_does_not_import_sympy_or_matplotlib():
     code = "import sys, attncourse; print(sorted(m for m in ('sympy', 'matplotlib') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_import_check_sees_sympy_when_it_is_imported():
+    # fault control for the check above: importing the symbolic module does load sympy
+    code = "import sys, attncourse.symbolic; print('sympy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"
+
+
+def test_the_top_level_api_is_curated_and_importable():
+    ac = importlib.import_module("attncourse")
+    names = ac.__all__
+    assert len(names) == len(set(names)), "a name is listed twice in attncourse.__all__"
+    assert 0 < len(names) <= 40, f"attncourse.__all__ has {len(names)} names; keep the curated API to 40 or fewer"
+    for name in names:
+        assert getattr(ac, name) is not None, name
+    namespace = {}
+    exec("from attncourse import *", namespace)  # every listed name really is importable
+    assert set(names) <= set(namespace)
+    assert {"softmax", "attention_forward", "layer_gradcheck", "CheckFailed"} <= set(names)
+
+
+def all_modules():
+    package = importlib.import_module("attncourse")
+    return sorted(m.name for m in pkgutil.walk_packages(package.__path__, "attncourse."))
+
+
+@pytest.mark.parametrize("name", all_modules())
+def test_every_module_lists_names_it_defines(name):
+    module = importlib.import_module(name)
+    assert module.__all__, f"{name} has an empty __all__"
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert missing == [], f"{name}.__all__ lists names it does not define: {missing}"

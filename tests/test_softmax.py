@@ -1,11 +1,16 @@
+"""Tests of attncourse.softmax: the row-wise softmax, its masked form, log-sum-exp, the backward
+pass and the dense Jacobian."""
+
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse import gradcheck, logsumexp, softmax, softmax_backward
-from strategies import matrices, sizes
+from attncourse.faults.softmax import softmax_backward_numerator_only, softmax_without_max_subtraction
+from attncourse.softmax import logsumexp, softmax, softmax_backward, softmax_jacobian
+from attncourse.verify.gradients import STEPS, TOLERANCE, gradcheck, numerical_jacobian
+from strategies import masks, matrices, sizes
 
 EPS = np.finfo(np.float64).eps
 
@@ -28,7 +33,8 @@ def test_naive_softmax_overflows():
     S = np.array([1e4, 0.0])
     with np.errstate(over="ignore", invalid="ignore"):
         naive = np.exp(S) / np.exp(S).sum()
-    assert np.isnan(naive).any()
+        planted = softmax_without_max_subtraction(S)
+    assert np.isnan(naive).any() and np.isnan(planted).any()
     assert np.all(np.isfinite(softmax(S)))
 
 
@@ -43,12 +49,96 @@ def test_hidden_entries_get_exactly_zero_and_empty_rows_are_zero():
     assert_allclose(A[0, [0, 2]], softmax(S[0, [0, 2]]), rtol=4 * EPS)
 
 
+def large_masked_scores():
+    """Scores between 850 and 1e4 (exp overflows above ~709) with a partial mask and an empty row."""
+    rng = np.random.default_rng(11)
+    S = rng.uniform(850.0, 1e4, size=(4, 6))
+    S[1, :3] = [1000.0, 1000.0, 999.0]  # a row whose answer is known: (e, e, 1) / (2e + 1)
+    visible = np.array([
+        [True, False, True, True, False, True],
+        [True, True, True, False, False, False],
+        [False, False, False, False, False, False],  # nothing visible
+        [False, False, False, False, True, False],  # one key visible
+    ])
+    return S, visible
+
+
+def test_masked_softmax_of_large_scores_is_finite_and_correct():
+    # the masked path subtracts its own (visible) row maximum; without it exp(850) = inf, inf/inf = NaN
+    S, visible = large_masked_scores()
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        A = softmax(S, visible)
+    assert np.all(np.isfinite(A))
+    assert np.all(A[~visible] == 0.0)
+    for i in (0, 1, 3):  # a row with a visible key equals the softmax of its visible scores alone
+        assert_allclose(A[i, visible[i]], softmax(S[i, visible[i]]), rtol=4 * EPS, atol=0)
+    assert_allclose(A[1, :3], np.array([np.e, np.e, 1.0]) / (2 * np.e + 1), rtol=8 * EPS, atol=0)
+    assert_array_equal(A[2], 0.0)
+    assert A[3, 4] == 1.0
+    # fault control: the same scores without a max subtraction are not finite
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.isnan(softmax_without_max_subtraction(np.where(visible, S, -np.inf))[[0, 1, 3]]).any()
+
+
+def test_masked_softmax_broadcasts_a_mask():
+    rng = np.random.default_rng(12)
+    S = rng.normal(size=(2, 3, 5))
+    causal = np.tril(np.ones((3, 5), dtype=bool))  # (3, 5) broadcasts against (2, 3, 5)
+    A = softmax(S, causal)
+    assert A.shape == (2, 3, 5)
+    for b in range(2):
+        assert_array_equal(A[b], softmax(S[b], causal))
+    assert np.all(A[:, ~causal] == 0.0)
+
+
+def test_a_batched_mask_batches_unbatched_scores():
+    rng = np.random.default_rng(13)
+    S = rng.normal(size=(3, 5))
+    visible = rng.random((2, 3, 5)) < 0.7  # each sequence of a batch hides other keys
+    A = softmax(S, visible)
+    assert A.shape == (2, 3, 5)
+    for b in range(2):
+        assert_array_equal(A[b], softmax(S, visible[b]))
+    assert_allclose(logsumexp(S, visible)[1], logsumexp(S, visible[1]), rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("fn", [softmax, logsumexp])
+def test_a_mask_that_does_not_broadcast_is_named(fn):
+    message = r"visible must broadcast against S: S has shape \(3, 5\), visible \(3, 4\)"
+    with pytest.raises(ValueError, match=message):
+        fn(np.zeros((3, 5)), np.ones((3, 4), dtype=bool))
+
+
 def test_logsumexp_is_stable_and_matches_definition():
     assert_allclose(logsumexp(np.array([1000.0, 1000.0])), 1000.0 + np.log(2.0), rtol=4 * EPS)
     z = np.random.default_rng(0).normal(size=(3, 5))
     assert_allclose(logsumexp(z), np.log(np.exp(z).sum(-1)), rtol=8 * EPS)
     with np.errstate(over="raise", invalid="raise", divide="raise"):
         assert logsumexp(np.array([1.0, 2.0]), visible=np.array([False, False])) == -np.inf
+
+
+def test_logsumexp_with_partial_visibility_matches_a_direct_computation():
+    rng = np.random.default_rng(13)
+    S = rng.normal(size=(4, 7))
+    visible = rng.random((4, 7)) < 0.5
+    visible[:, 0] = True  # every row sees at least one entry
+    direct = [np.log(np.sum(np.exp(S[i, visible[i]]))) for i in range(4)]
+    assert_allclose(logsumexp(S, visible=visible), direct, rtol=8 * EPS, atol=8 * EPS)
+    # hidden entries take no part: changing them changes nothing
+    assert_array_equal(logsumexp(np.where(visible, S, 1e3), visible=visible), logsumexp(S, visible=visible))
+    # a mask that hides nothing is the unmasked log-sum-exp
+    assert_array_equal(logsumexp(S, visible=np.ones_like(visible)), logsumexp(S))
+
+
+def test_logsumexp_of_large_scores_with_a_mask():
+    S, visible = large_masked_scores()
+    with np.errstate(over="raise", invalid="raise", divide="ignore", under="ignore"):
+        out = logsumexp(S, visible=visible)
+    # np.logaddexp.reduce is an independent, overflow-free computation of the same quantity
+    for i in (0, 1, 3):
+        assert_allclose(out[i], np.logaddexp.reduce(S[i, visible[i]]), rtol=4 * EPS, atol=0)
+    assert_allclose(out[1], 1000.0 + np.log(2.0 + np.exp(-1.0)), rtol=4 * EPS, atol=0)
+    assert out[2] == -np.inf and out[3] == S[3, 4]
 
 
 @given(st.data(), sizes, sizes)
@@ -63,6 +153,23 @@ def test_rows_are_distributions(data, T, n):
 def test_shift_invariance(data, T, n, c):
     S = data.draw(matrices((T, n)))
     assert_allclose(softmax(S + c), softmax(S), rtol=0, atol=1e-13)
+
+
+@given(st.data(), sizes, sizes, st.floats(-1e4, 1e4))
+def test_masked_softmax_is_the_softmax_of_the_visible_entries(data, T, n, shift):
+    S = data.draw(matrices((T, n), scale=50.0)) + shift
+    visible = data.draw(masks((T, n)))
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        A = softmax(S, visible)
+        lse = logsumexp(S, visible=visible)
+    assert np.all(A[~visible] == 0.0)
+    for i in range(T):
+        if visible[i].any():
+            assert_allclose(A[i, visible[i]], softmax(S[i, visible[i]]), rtol=0, atol=4 * n * EPS)
+            assert_allclose(lse[i], np.logaddexp.reduce(S[i, visible[i]]), rtol=4 * n * EPS, atol=4 * n * EPS)
+        else:
+            assert_array_equal(A[i], 0.0)
+            assert lse[i] == -np.inf
 
 
 @given(st.data(), sizes, sizes)
@@ -89,11 +196,82 @@ def test_numerator_only_backward_is_caught():
     # fault control: dropping the denominator path (dS = A * dA) fails both checks above
     rng = np.random.default_rng(2)
     S, dA = rng.normal(size=(3, 5)), rng.normal(size=(3, 5))
-    wrong = softmax(S) * dA
+    wrong = softmax_backward_numerator_only(softmax(S), dA)
+    assert_array_equal(wrong, softmax(S) * dA)
     assert np.max(np.abs(wrong.sum(axis=-1))) > 1e-3
     assert not gradcheck(lambda S: float(np.sum(softmax(S) * dA)), {"S": S}, {"S": wrong}).passed
 
 
 def test_backward_rejects_mismatched_shapes():
-    with pytest.raises(ValueError, match=r"A \(2, 3\) and dA \(3, 2\)"):
+    with pytest.raises(ValueError, match=r"A and dA must have the same shape, got A \(2, 3\) and dA \(3, 2\)"):
         softmax_backward(np.ones((2, 3)) / 3, np.ones((3, 2)))
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match="^S must be an array of numbers, got dtype <U1"):
+        softmax(np.array([["a"]]))
+    with pytest.raises(ValueError, match="^S must be an array of numbers"):
+        logsumexp(np.array(["a"]))
+    with pytest.raises(ValueError, match="^dA must be an array of numbers"):
+        softmax_backward(np.ones((1, 2)), np.array([["a", "b"]]))
+    with pytest.raises(ValueError, match="^A must be an array of numbers"):
+        softmax_backward(np.array([["a", "b"]]), np.ones((1, 2)))
+    with pytest.raises(ValueError, match="^z must be an array of numbers"):
+        softmax_jacobian(np.array(["a", "b"]))
+
+
+# --- the dense Jacobian --------------------------------------------------------------------
+
+
+def test_jacobian_known_value():
+    # z = ln(1, 3): p = (1/4, 3/4), so every entry is +-(1/4)(3/4) = +-3/16
+    assert_allclose(softmax_jacobian(np.log([1.0, 3.0])), [[3 / 16, -3 / 16], [-3 / 16, 3 / 16]], rtol=4 * EPS)
+
+
+def test_jacobian_matches_finite_differences_at_both_steps():
+    z = np.random.default_rng(3).normal(size=6)
+    for h in STEPS:
+        assert np.max(np.abs(softmax_jacobian(z) - numerical_jacobian(softmax, z, h))) < TOLERANCE
+
+
+def test_softmax_backward_is_the_jacobian_transpose_times_upstream_row_by_row():
+    rng = np.random.default_rng(7)
+    S, dA = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))  # T = 5 rows of n = 7 entries
+    A = softmax(S)
+    by_jacobian = np.einsum("tjm,tj->tm", softmax_jacobian(S), dA)  # row t: J_t^T dA_t
+    assert_allclose(softmax_backward(A, dA), by_jacobian, rtol=0, atol=16 * EPS)
+    # and both are the gradient of J = sum(dA * softmax(S)); the numerator-only backward is not
+    J = lambda S: float(np.sum(dA * softmax(S)))  # noqa: E731
+    assert gradcheck(J, {"S": S}, {"S": softmax_backward(A, dA)}).passed
+    faulty = gradcheck(J, {"S": S}, {"S": softmax_backward_numerator_only(A, dA)})
+    assert not faulty.passed and faulty.worst > 1e3 * TOLERANCE
+
+
+def test_jacobian_of_extreme_logits_is_finite():
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        J = softmax_jacobian(np.array([1000.0, -1000.0, 0.0]))
+    assert np.all(J == 0.0)
+
+
+def test_jacobian_batched_and_bad_input():
+    z = np.random.default_rng(4).normal(size=(2, 3, 5))
+    J = softmax_jacobian(z)
+    assert J.shape == (2, 3, 5, 5)
+    assert_allclose(J[1, 2], softmax_jacobian(z[1, 2]), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"at least one entry along its last axis, got shape \(\)"):
+        softmax_jacobian(np.float64(1.0))
+    with pytest.raises(ValueError, match=r"got shape \(3, 0\)"):
+        softmax_jacobian(np.zeros((3, 0)))
+
+
+@given(st.data(), st.integers(1, 6))
+def test_jacobian_properties(data, n):
+    z = data.draw(matrices((n,), scale=20.0))
+    J = softmax_jacobian(z)
+    assert_allclose(J, J.T, rtol=0, atol=0)
+    assert_allclose(J.sum(axis=1), 0.0, rtol=0, atol=2 * n * EPS)
+    assert_allclose(softmax_jacobian(z + 7.5), J, rtol=0, atol=64 * EPS)  # a shift of all logits changes nothing
+    assert np.all(np.linalg.eigvalsh(J) > -16 * EPS)  # positive semi-definite
+    g = data.draw(matrices((n,)))
+    # the vector-Jacobian product is the package's softmax backward
+    assert_allclose(J.T @ g, softmax_backward(softmax(z), g), rtol=0, atol=64 * EPS)  # (n, n) x (n,) -> (n,)

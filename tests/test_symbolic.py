@@ -5,9 +5,9 @@ import pytest
 import sympy as sp
 from numpy.testing import assert_allclose
 
-from attncourse import head_backward, head_forward
 from attncourse import symbolic as sy
 from attncourse.examples import example1, example2
+from attncourse.layers.head import head_backward, head_forward
 
 TIGHT = 64 * np.finfo(np.float64).eps
 
@@ -119,12 +119,40 @@ def test_exact_head_objective_and_its_gradient_on_example1():
     ex, ef = sy.example1(), example1()
     J = sy.head_objective(ex["X"], ex["W_Q"], ex["W_K"], ex["W_V"], ex["G"])
     assert sp.simplify(J) == sp.Rational(15, 2)
-    O, _ = head_forward(*ef[:4])
+    O, saved = head_forward(ef.params, ef.X)
     assert float(J) == pytest.approx(float(np.sum(O * ef.G)), abs=TIGHT)
+    _, dX_numpy = head_backward(ef.params, saved, ef.G)
     X = sy.matrix("X", 2, 2)
     J_of_X = sy.head_objective(X, ex["W_Q"], ex["W_K"], ex["W_V"], ex["G"])
     dX = sy.gradient(J_of_X, X).subs({X[i, j]: int(i == j) for i in range(2) for j in range(2)})
-    assert_allclose(sy.to_float(dX), head_backward(*ef).dX, rtol=TIGHT, atol=TIGHT)
+    assert_allclose(sy.to_float(dX), dX_numpy, rtol=TIGHT, atol=TIGHT)
+    # gradient_at builds the free matrix, differentiates and evaluates in one call
+    dX_at = sy.gradient_at(lambda F: sy.head_objective(F, ex["W_Q"], ex["W_K"], ex["W_V"], ex["G"]), ex["X"], "X")
+    assert sy.vanishes(dX_at - dX)
+    assert_allclose(sy.to_float(dX_at), dX_numpy, rtol=TIGHT, atol=TIGHT)
+
+
+def test_gradient_at_evaluates_at_the_given_matrix_only():
+    M = sp.Matrix([[1, 2, 3], [-1, 0, 2]])  # (2, 3), non-square
+    W = sp.Matrix([[1, 0], [2, -1], [0, 3]])  # (3, 2)
+    J_of = lambda F: sum((F * W).applyfunc(lambda e: e ** 2))  # noqa: E731  J = ||F W||^2
+    grad = sy.gradient_at(J_of, M, "F")
+    assert grad.shape == (2, 3)
+    assert grad == 2 * (M * W) * W.T  # dJ/dF = 2 (F W) W^T at F = M: (2, 3) x (3, 2) x (2, 3)
+    assert not any(s.name.startswith("F_") for s in grad.free_symbols)
+
+
+def test_to_exact_gives_the_binary_fractions_numpy_computes_with():
+    M = np.array([[0.25, -1.5, 3.0], [0.125, 0.0, 1e-3]])
+    exact = sy.to_exact(M)
+    assert exact.shape == (2, 3)
+    assert exact[0, 0] == sp.Rational(1, 4) and exact[1, 0] == sp.Rational(1, 8)
+    assert exact[1, 2] != sp.Rational(1, 1000)  # 1e-3 is not a binary fraction: its float is kept exactly
+    assert_allclose(sy.to_float(exact), M, rtol=0, atol=0)  # round trip
+    assert sy.to_exact(np.array([0.5, 2.0])).shape == (2, 1)  # a vector becomes a column
+    assert sy.to_exact(0.375) == sp.Rational(3, 8)
+    with pytest.raises(ValueError, match=r"to_exact takes a scalar, a vector or a matrix, got shape \(1, 2, 2\)"):
+        sy.to_exact(np.zeros((1, 2, 2)))
 
 
 def test_to_float():

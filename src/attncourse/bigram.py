@@ -1,7 +1,8 @@
 """A bigram next-token model ``p(next | current) = softmax(E[current] U)``, trained by plain gradient descent.
 
-The model composes the pieces of Chapters 1 and 2: an embedding lookup, the unembedding
-``U (D, n_vocab)`` and the mean cross-entropy. The best any bigram model can do on a text is
+The model composes the layer pairs of Chapters 1 and 2: an embedding lookup ``E``, the
+unembedding ``U (D, n_vocab)`` (a linear layer) and the mean cross-entropy. Its parameters
+nest by layer: ``{"embed": {"E": E}, "unembed": {"W": U}}``. The best any bigram model can do on a text is
 its conditional entropy ``H = -sum_ab (C_ab / N) log(C_ab / C_a)``, computed from the counts
 ``C`` alone by :func:`conditional_entropy`.
 
@@ -12,11 +13,12 @@ its conditional entropy ``H = -sum_ab (C_ab / N) log(C_ab / C_a)``, computed fro
 
 import numpy as np
 
-from .cross_entropy import cross_entropy, cross_entropy_backward
-from .embedding import embedding_backward, embedding_forward
+from ._validate import as_float_array, require_params, require_sizes
+from .layers.embedding import embedding_backward, embedding_forward
+from .layers.linear import linear_backward, linear_forward
+from .loss import cross_entropy_backward, cross_entropy_forward
 from .softmax import softmax
-from .tokenizer import check_ids
-from .unembedding import unembedding_backward, unembedding_forward
+from .text import validate_ids
 
 __all__ = [
     "bigram_pairs",
@@ -48,7 +50,7 @@ def bigram_counts(ids, n_vocab):
     array([[0, 1],
            [1, 1]])
     """
-    ids = check_ids(ids, n_vocab)
+    ids = validate_ids(ids, n_vocab)
     x, y = bigram_pairs(ids)
     C = np.zeros((n_vocab, n_vocab), dtype=np.int64)
     np.add.at(C, (x, y), 1)
@@ -78,42 +80,47 @@ def conditional_entropy(C):
 
 
 def init_bigram(n_vocab, D, seed=0, scale=0.1):
-    """Return ``{"E": (n_vocab, D), "U": (D, n_vocab)}`` with entries ``N(0, scale^2)`` from ``default_rng(seed)``.
+    """Return ``{"embed": {"E": (n_vocab, D)}, "unembed": {"W": (D, n_vocab)}}``, entries ``N(0, scale^2)``.
 
-    >>> {k: v.shape for k, v in init_bigram(5, 3).items()}
-    {'E': (5, 3), 'U': (3, 5)}
+    Drawn from ``default_rng(seed)``.
+
+    >>> params = init_bigram(5, 3)
+    >>> params["embed"]["E"].shape, params["unembed"]["W"].shape
+    ((5, 3), (3, 5))
     """
-    for name, v in (("n_vocab", n_vocab), ("D", D)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    require_sizes(n_vocab=n_vocab, D=D)
     rng = np.random.default_rng(seed)
-    return {"E": rng.normal(0.0, scale, size=(n_vocab, D)), "U": rng.normal(0.0, scale, size=(D, n_vocab))}
+    return {"embed": {"E": rng.normal(0.0, scale, size=(n_vocab, D))},
+            "unembed": {"W": rng.normal(0.0, scale, size=(D, n_vocab))}}
 
 
 def _check_params(params):
-    E, U = np.asarray(params["E"], dtype=np.float64), np.asarray(params["U"], dtype=np.float64)
-    if E.ndim != 2 or U.ndim != 2 or U.shape != (E.shape[1], E.shape[0]):
+    require_params("bigram", params, ("embed", "unembed"))
+    E = as_float_array("E", params["embed"]["E"], ndim=2)
+    U = as_float_array("U", params["unembed"]["W"], ndim=2)
+    if U.shape != (E.shape[1], E.shape[0]):
         raise ValueError(f"need E (n_vocab, D) and U (D, n_vocab), got E {E.shape} and U {U.shape}")
     return E, U
 
 
 def bigram_loss_and_grads(params, x, y):
-    """Return ``(loss, grads)``: the mean cross-entropy of predicting ``y`` from ``x``, and ``{"E": dE, "U": dU}``.
+    """Return ``(loss, grads)``: the mean cross-entropy of predicting ``y`` from ``x``, and the gradients.
+
+    ``grads`` has the nesting of ``params``.
 
     >>> params = init_bigram(4, 3)
     >>> loss, grads = bigram_loss_and_grads(params, np.array([0, 1]), np.array([1, 2]))
-    >>> bool(abs(loss - np.log(4)) < 0.05), grads["E"].shape, grads["U"].shape
+    >>> bool(abs(loss - np.log(4)) < 0.05), grads["embed"]["E"].shape, grads["unembed"]["W"].shape
     (True, (4, 3), (3, 4))
     """
-    E, U = _check_params(params)
-    n_vocab = E.shape[0]
-    X = embedding_forward(E, x)  # (B, D): row b is E[x_b]
-    Z = unembedding_forward(X, U)  # (B, D) x (D, n_vocab) -> (B, n_vocab)
-    loss = cross_entropy(Z, y)
-    dZ = cross_entropy_backward(Z, y)  # (p - onehot(y)) / B
-    dX, dU = unembedding_backward(X, U, dZ)
-    dE = embedding_backward(dX, x, n_vocab)  # scatter-add: repeated tokens sum
-    return loss, {"E": dE, "U": dU}
+    _check_params(params)
+    X, saved_embed = embedding_forward(params["embed"], x)  # (B, D): row b is E[x_b]
+    Z, saved_unembed = linear_forward(params["unembed"], X)  # (B, D) x (D, n_vocab) -> (B, n_vocab)
+    loss, saved_loss = cross_entropy_forward({}, Z, targets=y)
+    _, dZ = cross_entropy_backward({}, saved_loss, 1.0)  # (p - onehot(y)) / B
+    d_unembed, dX = linear_backward(params["unembed"], saved_unembed, dZ)
+    d_embed, _ = embedding_backward(params["embed"], saved_embed, dX)  # scatter-add: repeated tokens sum
+    return loss, {"embed": d_embed, "unembed": d_unembed}
 
 
 def bigram_probabilities(params):
@@ -123,7 +130,7 @@ def bigram_probabilities(params):
     array([1., 1., 1.])
     """
     E, U = _check_params(params)
-    return softmax(unembedding_forward(E, U))  # (n_vocab, D) x (D, n_vocab) -> (n_vocab, n_vocab)
+    return softmax(E @ U)  # (n_vocab, D) x (D, n_vocab) -> (n_vocab, n_vocab)
 
 
 def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):
@@ -136,10 +143,9 @@ def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):
     >>> bool(losses[-1] < 0.05 < np.log(2) - 0.01 < losses[0])
     True
     """
-    ids = check_ids(ids, n_vocab)
+    ids = validate_ids(ids, n_vocab)
     x, y = bigram_pairs(ids)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    require_sizes(allow_zero=True, steps=steps)
     if not lr > 0:
         raise ValueError(f"the learning rate must be positive, got {lr!r}")
     params = init_bigram(n_vocab, D, seed=seed)
@@ -148,5 +154,6 @@ def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):
         loss, grads = bigram_loss_and_grads(params, x, y)
         losses[s] = loss
         if s < steps:
-            params = {k: params[k] - lr * grads[k] for k in params}  # a new dict each step
+            params = {layer: {k: params[layer][k] - lr * grads[layer][k] for k in params[layer]}
+                      for layer in params}  # a new dict each step
     return params, losses

@@ -14,8 +14,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .head import _check_projections
-from ._validate import require_positive_sizes
+from .layers.head import validate_projections
+from ._validate import require_sizes
 
 __all__ = ["AttentionCost", "attention_cost", "counted_head_forward"]
 
@@ -40,9 +40,9 @@ def attention_cost(T, D, d, r):
     >>> attention_cost(T=5, D=7, d=3, r=0)
     Traceback (most recent call last):
     ...
-    ValueError: sizes must be positive integers, got T=5, D=7, d=3, r=0
+    ValueError: sizes must be positive integers: r=0 (got T=5, D=7, d=3, r=0)
     """
-    require_positive_sizes(T=T, D=D, d=d, r=r)
+    require_sizes(T=T, D=D, d=d, r=r)
     return AttentionCost(projections=T * D * (2 * d + r), scores=T * T * d, output=T * T * r, weights_stored=T * T)
 
 
@@ -58,7 +58,7 @@ def counted_head_forward(X, W_Q, W_K, W_V):
     >>> counted == attention_cost(T=5, D=7, d=3, r=4)
     True
     """
-    X, W_Q, W_K, W_V = _check_projections(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V = validate_projections(X, W_Q, W_K, W_V)
     if X.ndim != 2:
         raise ValueError(f"counted_head_forward takes a 2-D X (T, D), got shape {X.shape}")
     T, D = X.shape

@@ -6,8 +6,8 @@ missing transpose; :func:`random_head` is the seeded, non-square case every grad
 check also runs on.
 
 >>> ex = example1()
->>> O, A = head_forward(ex.X, ex.W_Q, ex.W_K, ex.W_V)
->>> A.round(12)
+>>> O, saved = head_forward(ex.params, ex.X)
+>>> saved["A"].round(12)
 array([[0.75, 0.25],
        [0.25, 0.75]])
 >>> round(probe_objective(O, ex.G), 12)
@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import as_float_array, require_positive_sizes
-from .attention import attention_forward
-from .head import head_forward
+from ._validate import as_float_array, require_sizes
+from .layers.attention import attention_forward
+from .layers.head import head_forward
 
 __all__ = [
     "HeadExample",
@@ -46,6 +46,11 @@ class HeadExample(NamedTuple):
     W_V: np.ndarray
     G: np.ndarray
 
+    @property
+    def params(self):
+        """The head's parameters as a layer dict ``{"W_Q", "W_K", "W_V"}``."""
+        return {"W_Q": self.W_Q, "W_K": self.W_K, "W_V": self.W_V}
+
 
 def example1():
     """Return Example 1: ``X = I``, ``W_Q = aI`` with ``a = sqrt(2) ln 3``, ``W_K = I``, ``W_V = diag(2, 4)``.
@@ -67,7 +72,7 @@ def example1():
 def example2():
     """Return Example 2: Example 1 with both key rows equal to ``[1, 1]`` (``W_K`` all ones).
 
-    >>> from attncourse.head import project
+    >>> from attncourse.layers.head import project
     >>> ex = example2()
     >>> project(ex.X, ex.W_Q, ex.W_K, ex.W_V)[1]
     array([[1., 1.],
@@ -103,9 +108,9 @@ def random_head(seed=0, T=5, D=7, d=3, r=4, scale=1.0):
     >>> random_head(T=0)
     Traceback (most recent call last):
     ...
-    ValueError: sizes must be positive integers, got T=0, D=7, d=3, r=4
+    ValueError: sizes must be positive integers: T=0 (got T=0, D=7, d=3, r=4)
     """
-    require_positive_sizes(T=T, D=D, d=d, r=r)
+    require_sizes(T=T, D=D, d=d, r=r)
     rng = np.random.default_rng(seed)
     w = scale / math.sqrt(D)
     return HeadExample(
@@ -140,7 +145,7 @@ def attention_objective(Q, K, V, G, forward=attention_forward):
     ``forward`` defaults to :func:`attncourse.attention_forward`; a planted fault of the
     same signature can be passed instead.
 
-    >>> from attncourse.head import project
+    >>> from attncourse.layers.head import project
     >>> ex = example1()
     >>> round(attention_objective(*project(ex.X, ex.W_Q, ex.W_K, ex.W_V), ex.G), 12)
     7.5
@@ -155,5 +160,5 @@ def head_objective(X, W_Q, W_K, W_V, G):
     >>> round(head_objective(*example2()), 12)
     5.0
     """
-    O, _ = head_forward(X, W_Q, W_K, W_V)
+    O, _ = head_forward({"W_Q": W_Q, "W_K": W_K, "W_V": W_V}, X)
     return probe_objective(O, G)

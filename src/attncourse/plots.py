@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Circle, FancyArrowPatch
 
-from .gradcheck import STEPS, TOLERANCE, numerical_gradient
+from .verify.gradients import STEPS, TOLERANCE, numerical_gradient
 from .softmax import softmax
 
 __all__ = [
@@ -25,6 +25,12 @@ __all__ = [
     "step_size_errors",
     "step_size_figure",
     "graph_figure",
+    "masks_figure",
+    "head_weights_figure",
+    "char_labels",
+    "show_matrix",
+    "lookup_figure",
+    "scatter_add_figure",
 ]
 
 
@@ -163,6 +169,140 @@ def step_size_figure(steps, errors, chosen=STEPS, tolerance=TOLERANCE):
     return fig
 
 
+def char_labels(chars):
+    """Return axis labels for characters, with the space shown as a visible ``␣``.
+
+    >>> char_labels("a b")
+    ['a', '␣', 'b']
+    """
+    return ["␣" if c == " " else c for c in chars]
+
+
+def show_matrix(ax, M, title, rows=None, cols=None, signed=True):
+    """Draw ``M`` on ``ax`` with one labelled tick per row and column; return the image.
+
+    ``signed`` uses a diverging map centred on 0 (red positive, blue negative);
+    otherwise a grey scale from 0 to 1, for one-hot matrices and probabilities.
+
+    >>> fig, ax = plt.subplots()
+    >>> im = show_matrix(ax, np.array([[1.0, -2.0]]), "M", cols=char_labels("a "))
+    >>> [t.get_text() for t in ax.get_xticklabels()], [float(v) for v in im.get_clim()]
+    (['a', '␣'], [-2.0, 2.0])
+    >>> plt.close(fig)
+    """
+    M = np.asarray(M)
+    if signed:
+        vmax = np.abs(M).max()
+        im = ax.imshow(M, cmap="RdBu_r", vmin=-vmax, vmax=vmax)
+    else:
+        im = ax.imshow(M, cmap="Greys", vmin=0, vmax=1)
+    ax.set_title(title, fontsize=10)
+    n_rows, n_cols = M.shape
+    ax.set_yticks(range(n_rows), range(n_rows) if rows is None else rows, fontsize=8)
+    ax.set_xticks(range(n_cols), range(n_cols) if cols is None else cols, fontsize=8)
+    return im
+
+
+def _connect(fig, ax_a, xy_a, ax_b, xy_b):
+    """Draw an arrow from the point ``xy_a`` of ``ax_a`` to ``xy_b`` of ``ax_b``."""
+    from matplotlib.patches import ConnectionPatch
+
+    fig.add_artist(ConnectionPatch(xyA=xy_a, coordsA="data", axesA=ax_a,
+                                   xyB=xy_b, coordsB="data", axesB=ax_b,
+                                   arrowstyle="->", color="black", linewidth=1))
+
+
+def _outline_rows(ax, rows, width):
+    """Outline whole rows of an image ``width`` cells wide."""
+    from matplotlib.patches import Rectangle
+
+    for i in rows:
+        ax.add_patch(Rectangle((-0.5, i - 0.5), width, 1, fill=False,
+                               edgecolor="black", lw=2))
+
+
+def lookup_figure(E, ids, X, vocab):
+    """Draw the lookup ``X = onehot(ids) E`` as a row gather; return the Figure.
+
+    Left, the one-hot matrix of ``ids``; middle, the table ``E (n_vocab, D)``, the
+    rows that are read outlined; right, ``X``, one row per position, with an arrow
+    from the row of ``E`` it copies. ``vocab`` holds the character of each id.
+
+    >>> E = np.arange(8.0).reshape(4, 2)
+    >>> fig = lookup_figure(E, np.array([2, 0, 2]), E[[2, 0, 2]], "abcd")
+    >>> len(fig.artists), len(fig.axes[2].patches)  # arrows, outlined rows
+    (3, 2)
+    >>> plt.close(fig)
+    """
+    from .layers.embedding import one_hot
+
+    ids = np.asarray(ids)
+    n_vocab, D = np.shape(E)
+    word_labels = char_labels(vocab[v] for v in ids)
+    layout = {"width_ratios": [16, 1.6, 6, 4.5, 6], "wspace": 0.05}
+    fig, axes = plt.subplots(1, 5, figsize=(10.5, 4.4), gridspec_kw=layout)
+    ax_h, ax_times, ax_e, ax_gap, ax_x = axes
+    for ax in (ax_times, ax_gap):
+        ax.axis("off")
+    ax_times.text(0.5, 0.5, "×", fontsize=22, ha="center", va="center",
+                  transform=ax_times.transAxes)
+    show_matrix(ax_h, one_hot(ids, n_vocab), "onehot(x)  (T × n_vocab)",
+                rows=word_labels, cols=char_labels(vocab), signed=False)
+    ax_h.set_xticks(np.arange(n_vocab + 1) - 0.5, minor=True)
+    ax_h.set_yticks(np.arange(len(ids) + 1) - 0.5, minor=True)
+    ax_h.grid(which="minor", color="0.85", linewidth=0.6)
+    ax_h.tick_params(which="minor", length=0)
+    show_matrix(ax_e, E, "E  (n_vocab × D)", rows=char_labels(vocab))
+    show_matrix(ax_x, X, "X = E[x]  (T × D)", rows=word_labels)
+    ax_x.yaxis.tick_right()  # labels away from the arrows
+    _outline_rows(ax_e, sorted(set(ids.tolist())), D)
+    for i, v in enumerate(ids):
+        _connect(fig, ax_e, (D - 0.5, v), ax_x, (-0.5, i))
+    return fig
+
+
+def scatter_add_figure(dX, dE, ids, vocab):
+    """Draw the backward pass of a lookup, the scatter-add; return the Figure.
+
+    Each arrow adds row ``i`` of ``dX`` to row ``ids[i]`` of ``dE``. Rows of ``dE``
+    that receive nothing are white; a token read more than once is outlined in
+    ``dE``, and so are its positions in ``dX``.
+
+    >>> ids, dX = np.array([2, 0, 2]), np.ones((3, 2))
+    >>> dE = np.zeros((4, 2))
+    >>> np.add.at(dE, ids, dX)
+    >>> fig = scatter_add_figure(dX, dE, ids, "abcd")
+    >>> len(fig.artists), len(fig.axes[0].patches), len(fig.axes[2].patches)
+    (3, 2, 1)
+    >>> plt.close(fig)
+    """
+    ids, dX, dE = np.asarray(ids), np.asarray(dX), np.asarray(dE)
+    D = dX.shape[1]
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="white")  # rows that get nothing
+    vmax = np.abs(dE).max()
+    layout = {"width_ratios": [6, 5, 6], "wspace": 0.05}
+    fig, (ax_g, ax_gap, ax_d) = plt.subplots(1, 3, figsize=(7.0, 4.6),
+                                             gridspec_kw=layout)
+    ax_gap.axis("off")
+    untouched = np.broadcast_to((dE == 0).all(axis=1, keepdims=True), dE.shape)
+    shown = np.ma.masked_where(untouched, dE)
+    panels = [(ax_g, dX, "dX  (T × D)", char_labels(vocab[v] for v in ids)),
+              (ax_d, shown, "dE  (n_vocab × D)", char_labels(vocab))]
+    for ax, M, title, rows in panels:
+        ax.imshow(M, cmap=cmap, vmin=-vmax, vmax=vmax)
+        ax.set_title(title, fontsize=10)
+        ax.set_yticks(range(M.shape[0]), rows, fontsize=8)
+        ax.set_xticks(range(D), range(D), fontsize=8)
+    ax_d.yaxis.tick_right()
+    tokens, counts = np.unique(ids, return_counts=True)
+    repeated = tokens[counts > 1]
+    _outline_rows(ax_d, repeated, D)
+    _outline_rows(ax_g, np.flatnonzero(np.isin(ids, repeated)), D)
+    for i, v in enumerate(ids):
+        _connect(fig, ax_g, (D - 0.5, i), ax_d, (-0.5, v))
+    return fig
+
+
 def _node(ax, xy, text, color):
     ax.add_patch(Circle(xy, 0.36, facecolor=color, edgecolor="black", lw=1.2, zorder=3))
     ax.text(*xy, text, ha="center", va="center", fontsize=15, zorder=4)
@@ -215,4 +355,69 @@ def graph_figure():
     ax.set_aspect("equal")
     ax.axis("off")
     fig.tight_layout()
+    return fig
+
+
+def masks_figure(panels):
+    """Draw boolean masks (blue: visible, white: hidden); return the Figure.
+
+    ``panels`` is a list of ``(mask, title)``, each mask ``(T_q, T_k)`` and True where
+    query ``i`` may read key ``j``. A row with nothing visible is marked in red.
+
+    >>> causal = np.tril(np.ones((3, 3), dtype=bool))
+    >>> fig = masks_figure([(causal, "causal"), (causal & [False, True, True], "both")])
+    >>> [t.get_text() for t in fig.axes[1].texts]  # query 0 may read nothing
+    ['nothing visible']
+    >>> plt.close(fig)
+    """
+    from matplotlib.colors import ListedColormap
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(10 / 3 * len(panels), 3.6),
+                             squeeze=False, constrained_layout=True)
+    for ax, (mask, title) in zip(axes[0], panels):
+        mask = np.asarray(mask, dtype=bool)
+        ax.imshow(mask, cmap=ListedColormap(["white", "tab:blue"]), vmin=0, vmax=1)
+        n_q, n_k = mask.shape
+        ax.set_xticks(range(n_k))
+        ax.set_yticks(range(n_q))
+        ax.set_xticks(np.arange(-0.5, n_k), minor=True)
+        ax.set_yticks(np.arange(-0.5, n_q), minor=True)
+        ax.grid(which="minor", color="0.6", linewidth=0.6)
+        ax.tick_params(which="minor", length=0)
+        ax.set_xlabel("key j")
+        ax.set_title(title, fontsize=10)
+        for i in np.flatnonzero(~mask.any(axis=1)):
+            ax.annotate("nothing visible", xy=(n_k - 0.5, i), xytext=(n_k - 0.3, i),
+                        va="center", fontsize=8, color="tab:red", annotation_clip=False)
+    axes[0, 0].set_ylabel("query i")
+    return fig
+
+
+def head_weights_figure(A, labels, hidden):
+    """Draw the weights ``A (H, T, T)`` of each head as a heat map; return the Figure.
+
+    ``labels`` (length ``T``) names the positions on both axes; entries where ``hidden``
+    (``(T, T)``, boolean) is True are drawn grey.
+
+    >>> A = np.array([[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.9, 0.1]]])
+    >>> hidden = np.triu(np.ones((2, 2), dtype=bool), 1)
+    >>> fig = head_weights_figure(A, ["a", "b"], hidden)
+    >>> [ax.get_title() for ax in fig.axes[:2]]
+    ['head 0', 'head 1']
+    >>> plt.close(fig)
+    """
+    A = np.asarray(A)
+    H, T, _ = A.shape
+    fig, axes = plt.subplots(1, H, figsize=(3.25 * H, 3.8), squeeze=False,
+                             constrained_layout=True)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")  # hidden entries: grey
+    for h, ax in enumerate(axes[0]):
+        shown = np.ma.masked_array(A[h], mask=hidden)
+        im = ax.imshow(shown, cmap=cmap, vmin=0, vmax=1)
+        ax.set_xticks(range(T), labels)
+        ax.set_yticks(range(T), labels)
+        ax.set_title(f"head {h}", fontsize=10)
+        ax.set_xlabel("key (read)")
+    axes[0, 0].set_ylabel("query (reading)")
+    fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="weight $A_{ij}$")
     return fig

@@ -3,13 +3,31 @@
 The softmax of a row ``s`` is ``a_j = exp(s_j) / sum_k exp(s_k)``. Its Jacobian is
 ``diag(a) - a a^T`` (Chapter 2 derives it; Chapter 3 uses it), so for an upstream
 gradient ``dA`` the backward pass is ``dS = A * (dA - sum_k A_k dA_k)``.
+
+A backward pass never builds the ``n x n`` Jacobian; :func:`softmax_jacobian` builds it
+densely only to make the vector-Jacobian product visible (Chapter 2) and to check a
+learner's Jacobian: ``diag(p)`` is the numerator path and ``-p p^T`` the denominator path.
 """
 
 import numpy as np
 
 from ._validate import as_float_array
 
-__all__ = ["softmax", "softmax_backward", "logsumexp"]
+__all__ = ["softmax", "softmax_backward", "logsumexp", "softmax_jacobian"]
+
+
+def _broadcast_visible(S, visible):
+    """Return ``S`` and the boolean ``visible`` broadcast to their common shape.
+
+    A mask with batch axes the scores lack batches the result (every sequence of a batch
+    may hide other keys); shapes that do not broadcast are an error naming both.
+    """
+    visible = np.asarray(visible, dtype=bool)
+    try:
+        shape = np.broadcast_shapes(S.shape, visible.shape)
+    except ValueError:
+        raise ValueError(f"visible must broadcast against S: S has shape {S.shape}, visible {visible.shape}") from None
+    return np.broadcast_to(S, shape), np.broadcast_to(visible, shape)
 
 
 def logsumexp(S, visible=None):
@@ -24,6 +42,7 @@ def logsumexp(S, visible=None):
     """
     S = as_float_array("S", S)
     if visible is not None:
+        S, visible = _broadcast_visible(S, visible)
         S = np.where(visible, S, -np.inf)
     m = np.max(S, axis=-1, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)
@@ -50,7 +69,7 @@ def softmax(S, visible=None):
         shifted = S - np.max(S, axis=-1, keepdims=True)  # largest entry of each row is 0
         E = np.exp(shifted)
         return E / np.sum(E, axis=-1, keepdims=True)
-    visible = np.broadcast_to(np.asarray(visible, dtype=bool), S.shape)
+    S, visible = _broadcast_visible(S, visible)
     masked = np.where(visible, S, -np.inf)
     m = np.max(masked, axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)  # fully hidden row: any finite shift will do
@@ -76,3 +95,20 @@ def softmax_backward(A, dA):
         raise ValueError(f"A and dA must have the same shape, got A {A.shape} and dA {dA.shape}")
     row_mean = np.sum(A * dA, axis=-1, keepdims=True)  # E_A[dA] for each row
     return A * (dA - row_mean)
+
+
+def softmax_jacobian(z):
+    """Return ``J[..., j, k] = dp_j/dz_k = p_j (delta_jk - p_k)`` for ``p = softmax(z)`` over the last axis.
+
+    ``z`` has shape ``(..., n)``; the result has shape ``(..., n, n)``.
+
+    >>> softmax_jacobian(np.zeros((2, 3))).shape
+    (2, 3, 3)
+    """
+    z = as_float_array("z", z)
+    if z.ndim < 1 or z.shape[-1] == 0:
+        raise ValueError(f"z must have at least one entry along its last axis, got shape {z.shape}")
+    p = softmax(z)
+    numerator_path = p[..., :, None] * np.eye(z.shape[-1])  # diag(p)
+    denominator_path = -p[..., :, None] * p[..., None, :]  # -p p^T: (..., n, 1) x (..., 1, n) -> (..., n, n)
+    return numerator_path + denominator_path

@@ -24,9 +24,11 @@ __all__ = [
     "product",
     "scores",
     "softmax_rows",
+    "masked_softmax_rows",
     "weighted_sum",
     "pairing",
     "head_objective",
+    "multihead_output",
     "quotient_rule_paths",
     "softmax_jacobian_general",
     "expectation",
@@ -34,6 +36,8 @@ __all__ = [
     "example1",
     "example2",
     "to_float",
+    "to_exact",
+    "gradient_at",
 ]
 
 
@@ -53,6 +57,20 @@ def matrix(name, rows, cols):
         raise ValueError(f"matrix {name} needs positive sizes, got {rows} x {cols}")
     sep = "" if max(rows, cols) < 10 else ","
     return sp.Matrix(rows, cols, lambda i, j: sp.Symbol(f"{name}_{i + 1}{sep}{j + 1}", real=True))
+
+
+def gradient_at(J_of, M, name):
+    """Return ``dJ/dM`` at the value ``M``: ``J_of`` builds ``J`` from a free symbolic matrix.
+
+    ``J_of(F)`` is called with a fresh matrix ``F = matrix(name, *M.shape)`` (every other
+    input already at its value); sympy differentiates entry by entry, then ``F`` is set to ``M``.
+
+    >>> gradient_at(lambda F: (F[0, 0] * F[0, 1]) ** 2, sp.Matrix([[1, 2]]), "x")
+    Matrix([[8, 4]])
+    """
+    F = matrix(name, M.rows, M.cols)
+    at_M = {F[i, j]: M[i, j] for i in range(M.rows) for j in range(M.cols)}
+    return gradient(J_of(F), F).xreplace(at_M).applyfunc(sp.simplify)
 
 
 def gradient(J, M):
@@ -132,6 +150,31 @@ def softmax_rows(S):
     return sp.Matrix(S.rows, S.cols, lambda i, j: sp.exp(S[i, j]) / Z[i])
 
 
+def masked_softmax_rows(S, visible):
+    """Return the masked softmax ``A`` of the scores ``S``, row by row.
+
+    ``A_ij = exp(S_ij) / sum_k exp(S_ik)`` over the visible ``k`` of row ``i``. Hidden
+    scores are left out of the sum, not replaced by a large negative number, so a hidden
+    weight is the number 0 whatever its score; a row with nothing visible is all 0.
+    ``visible`` is a boolean array (or Matrix) of the shape of ``S``.
+
+    >>> S = sp.Matrix([[sp.log(3), 0, 7], [1, 2, 3]])
+    >>> masked_softmax_rows(S, np.array([[True, True, False], [False, False, False]]))
+    Matrix([
+    [3/4, 1/4, 0],
+    [  0,   0, 0]])
+    """
+    visible = np.asarray(visible, dtype=bool)
+    _require(visible.shape == S.shape,
+             f"visible must have the shape of S {S.shape}, got {visible.shape}")
+    Z = [sp.Add(*[sp.exp(S[i, k]) for k in range(S.cols) if visible[i, k]])
+         for i in range(S.rows)]
+    def entry(i, j):
+        return sp.exp(S[i, j]) / Z[i] if visible[i, j] else sp.S.Zero
+
+    return sp.Matrix(S.rows, S.cols, entry)
+
+
 def weighted_sum(A, V):
     """Return ``O`` with ``O_il = sum_j A_ij V_jl``.
 
@@ -161,6 +204,43 @@ def head_objective(X, W_Q, W_K, W_V, G):
     """
     Q, K, V = product(X, W_Q), product(X, W_K), product(X, W_V)
     return pairing(G, weighted_sum(softmax_rows(scores(Q, K)), V))
+
+
+def multihead_output(params, X, *, heads, visible):
+    """Return multi-head attention ``Y = [O^(0) ... O^(H-1)] W_O`` under a mask.
+
+    ``O^(h) = A^(h) V^(h)``, with ``A^(h)`` the softmax of head ``h``'s scores over
+    the entries marked in ``visible``. ``params`` holds ``W_Q, W_K (D, H d)``,
+    ``W_V (D, H r)`` and ``W_O (H r, n)``; head ``h`` takes its own block of columns
+    (``h d : (h+1) d``, ``h r : (h+1) r``) by explicit slices, and every step is an
+    elementwise definition (:func:`product`, :func:`scores`,
+    :func:`masked_softmax_rows`, :func:`weighted_sum`), so it is an independent
+    witness for :func:`attncourse.layers.multihead.multihead_forward`.
+
+    >>> from attncourse.layers.multihead import multihead_forward
+    >>> rng = np.random.default_rng(0)
+    >>> shapes = {"W_Q": (3, 4), "W_K": (3, 4), "W_V": (3, 2), "W_O": (2, 3)}
+    >>> params = {n: rng.integers(-4, 5, size=s) / 4 for n, s in shapes.items()}
+    >>> X = rng.integers(-4, 5, size=(2, 3)) / 4
+    >>> causal = np.tril(np.ones((2, 2), dtype=bool))
+    >>> exact = {n: to_exact(W) for n, W in params.items()}
+    >>> Y = multihead_output(exact, to_exact(X), heads=2, visible=causal)
+    >>> Y_numpy, _ = multihead_forward(params, X, heads=2)
+    >>> bool(np.allclose(to_float(Y), Y_numpy, rtol=1e-14, atol=0))
+    True
+    """
+    W_Q, W_K, W_V, W_O = (params[n] for n in ("W_Q", "W_K", "W_V", "W_O"))
+    _require(W_Q.cols % heads == 0 and W_V.cols % heads == 0,
+             f"W_Q {W_Q.shape} and W_V {W_V.shape} must split into {heads} heads")
+    d, r = W_Q.cols // heads, W_V.cols // heads
+    outputs = []
+    for h in range(heads):
+        Q = product(X, W_Q[:, h * d:(h + 1) * d])  # (T, D) x (D, d) -> (T, d)
+        K = product(X, W_K[:, h * d:(h + 1) * d])  # (T, D) x (D, d) -> (T, d)
+        V = product(X, W_V[:, h * r:(h + 1) * r])  # (T, D) x (D, r) -> (T, r)
+        A = masked_softmax_rows(scores(Q, K), visible)  # (T, T)
+        outputs.append(weighted_sum(A, V))  # (T, T) x (T, r) -> (T, r)
+    return product(sp.Matrix.hstack(*outputs), W_O)  # (T, H r) x (H r, n) -> (T, n)
 
 
 def quotient_rule_paths(n):
@@ -284,3 +364,24 @@ def to_float(M):
     if isinstance(M, sp.MatrixBase):
         return np.array(M.evalf(30).tolist(), dtype=np.float64)
     return np.float64(sp.N(M, 30))
+
+
+def to_exact(M):
+    """Return a float array (or number) as a sympy Matrix of exact rationals: each float is a binary fraction.
+
+    Use it on values that are exact in float64 (quarters, eighths) to hand sympy the very
+    numbers numpy computes with.
+
+    >>> to_exact(np.array([[0.25, -1.5]]))
+    Matrix([[1/4, -3/2]])
+    >>> to_exact(0.375)
+    3/8
+    """
+    M = np.asarray(M, dtype=np.float64)
+    if M.ndim == 0:
+        return sp.Rational(float(M))
+    if M.ndim == 1:
+        M = M[:, None]
+    if M.ndim != 2:
+        raise ValueError(f"to_exact takes a scalar, a vector or a matrix, got shape {M.shape}")
+    return sp.Matrix(M.shape[0], M.shape[1], lambda i, j: sp.Rational(float(M[i, j])))

@@ -1,0 +1,540 @@
+"""The learner checkers: call one on your own function and it names the first property that fails.
+
+Each ``check_<exercise>(fn)`` runs the learner's ``fn`` on seeded, non-square inputs and
+either returns the names of the properties it checked or raises
+:class:`~attncourse.verify.failed.CheckFailed` naming the property that failed, what was
+seen, and the likely fix. Every failure is raised explicitly (no bare ``assert``), so the
+checkers hold under ``python -O``. A stub that still raises ``NotImplementedError`` is
+passed through unchanged: the exercise is unfinished, not wrong. Any other exception
+raised by ``fn`` becomes a :class:`CheckFailed` naming the property being checked.
+The prefix ``check_`` is reserved for these checkers.
+"""
+
+import math
+
+import numpy as np
+
+from ..layers.attention import attention_scores, causal_mask, key_valid_from_lengths
+from ..layers.embedding import one_hot
+from ..softmax import softmax, softmax_jacobian
+from .failed import CheckFailed
+from .gradients import TOLERANCE, numerical_gradient, numerical_jacobian
+from .properties import assert_rows_sum_to_one
+
+__all__ = [
+    "CheckFailed",
+    "check_one_hot",
+    "check_embedding_backward",
+    "check_softmax_jacobian",
+    "check_cross_entropy",
+    "check_causal_attention",
+    "check_attention_mask",
+]
+
+
+def _call(fn, property, *args, **kwargs):
+    """Call the learner's ``fn``; turn any failure but NotImplementedError into CheckFailed."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # the learner's code may fail in any way: name the property
+        shapes = ", ".join(str(np.shape(a)) for a in args)
+        raise CheckFailed(
+            property, f"calling it on inputs of shapes {shapes} raised {type(e).__name__}: {e}",
+            "make the function run on these inputs (the traceback above shows where it failed)",
+        ) from e
+
+
+def _array(value, property, dtype=None):
+    """Return the learner's result as an array, or raise CheckFailed if it is not one."""
+    try:
+        return np.asarray(value, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise CheckFailed(property, f"the result is not an array of numbers ({e})",
+                          "return a numpy array") from e
+
+
+def _sign_flipped(actual, desired):
+    """True when ``actual`` is ``-desired`` (and not zero): a gradient off by a sign."""
+    return bool(np.any(desired != 0)) and np.allclose(actual, -desired, rtol=1e-6, atol=1e-9)
+
+
+# --- Chapter 1 ------------------------------------------------------------------------------
+
+ONE_HOT_PROPERTIES = ("shape", "entries are 0 or 1", "one 1 per vector", "the 1 sits at the id",
+                      "rejects ids out of range")
+
+
+def check_one_hot(fn):
+    """Check a learner's ``fn(ids, n_vocab)``; raise :class:`CheckFailed` naming the first property that fails.
+
+    Ids outside ``0 .. n_vocab - 1`` must raise ``ValueError``: a too large id, and a
+    negative one, which numpy indexing would silently read from the end of the vocabulary.
+    Returns the names of the properties checked.
+
+    >>> check_one_hot(one_hot)
+    ('shape', 'entries are 0 or 1', 'one 1 per vector', 'the 1 sits at the id', 'rejects ids out of range')
+    >>> def upper_bound_only(ids, n_vocab):
+    ...     if np.any(np.asarray(ids) >= n_vocab):
+    ...         raise ValueError("id too large")
+    ...     return np.eye(n_vocab)[ids]
+    >>> check_one_hot(upper_bound_only)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncourse.verify.failed.CheckFailed: rejects ids out of range: id -1 with n_vocab=6 raised no ValueError; ...
+    """
+    ids = np.array([[3, 0, 3], [1, 4, 2]])
+    n_vocab = 6
+    out = _array(_call(fn, "shape", ids.copy(), n_vocab), "shape")
+    if out.shape != (2, 3, 6):
+        raise CheckFailed("shape", f"expected ids.shape + (n_vocab,) = (2, 3, 6), got {out.shape}",
+                          "add a last axis of length n_vocab to the shape of ids")
+    if not np.isin(out, (0.0, 1.0)).all():
+        raise CheckFailed("entries are 0 or 1", "found other values",
+                          "write 1.0 at the id and 0.0 everywhere else")
+    if not (out.sum(axis=-1) == 1).all():
+        raise CheckFailed("one 1 per vector", "some vector does not sum to 1",
+                          "put exactly one 1 in each vector, in the column of its id")
+    if not (out.argmax(axis=-1) == ids).all():
+        raise CheckFailed("the 1 sits at the id", "some 1 is in the wrong column",
+                          "vector i has its 1 in column ids[i]")
+    for bad, why in ((n_vocab, "is past the last token"),
+                     (-1, "would silently pick the last token through numpy's negative indexing")):
+        try:
+            fn(np.array([0, bad]), n_vocab)
+        except ValueError:
+            continue
+        except NotImplementedError:
+            raise
+        except Exception as e:  # the wrong exception: an IndexError, say
+            raise CheckFailed(
+                "rejects ids out of range",
+                f"id {bad} with n_vocab={n_vocab} raised {type(e).__name__}, not ValueError",
+                "check 0 <= id < n_vocab first and raise ValueError",
+            ) from e
+        raise CheckFailed(
+            "rejects ids out of range",
+            f"id {bad} with n_vocab={n_vocab} raised no ValueError; it {why}",
+            "raise ValueError unless 0 <= id < n_vocab for every id (negative ids included)",
+        )
+    return ONE_HOT_PROPERTIES
+
+
+def check_embedding_backward(fn):
+    """Check a learner's ``fn(dX, ids, n_vocab) -> dE``; raise :class:`CheckFailed` naming the failed property.
+
+    Returns the names of the properties checked.
+
+    >>> def scatter_add(dX, ids, n_vocab):
+    ...     dE = np.zeros((n_vocab, dX.shape[-1]))
+    ...     np.add.at(dE, ids, dX)  # row ids[i] += dX[i], repeats included
+    ...     return dE
+    >>> check_embedding_backward(scatter_add)[-1]
+    'batched ids: equals onehot(ids)^T dX'
+    """
+    rng = np.random.default_rng(12)
+    n_vocab, D = 7, 3
+    ids = np.array([4, 1, 4, 6, 4])  # token 4 occurs three times; tokens 0, 2, 3, 5 never
+    dX = rng.normal(size=(5, D))
+    dE = _array(_call(fn, "shape", dX.copy(), ids.copy(), n_vocab), "shape")
+    if dE.shape != (n_vocab, D):
+        raise CheckFailed("shape", f"expected (n_vocab, D) = {(n_vocab, D)}, got {dE.shape}",
+                          "dE has one row per token of the vocabulary and the width of dX")
+    unused = [0, 2, 3, 5]
+    if not np.all(dE[unused] == 0):
+        raise CheckFailed("unused tokens get zero rows", f"rows {unused} should be exactly 0",
+                          "start from np.zeros((n_vocab, D)) and add only at the ids")
+    want = one_hot(ids, n_vocab).T @ dX  # (n_vocab, 5) x (5, D) -> (n_vocab, D)
+    if _sign_flipped(dE, want):
+        raise CheckFailed("a token seen once gets its gradient row",
+                          "dE is the negative of onehot(ids)^T dX: off by a sign",
+                          "add dX to the rows, do not subtract it")
+    if not np.allclose(dE[1], dX[1], rtol=1e-12, atol=1e-12):
+        raise CheckFailed("a token seen once gets its gradient row", "row 1 should equal dX[1]",
+                          "row ids[i] of dE receives dX[i]")
+    if not np.allclose(dE[4], dX[0] + dX[2] + dX[4], rtol=1e-12, atol=1e-12):
+        raise CheckFailed(
+            "repeated tokens add their gradients", "row 4 should be dX[0] + dX[2] + dX[4]",
+            "overwriting (dE[ids] = dX) or dE[ids] += dX keeps only one occurrence: use "
+            "np.add.at(dE, ids, dX) or onehot(ids)^T dX",
+        )
+    ids2 = np.array([[2, 0], [2, 2], [5, 0]])
+    dX2 = rng.normal(size=(3, 2, D))
+    dE2 = _array(_call(fn, "batched ids: equals onehot(ids)^T dX", dX2.copy(), ids2.copy(), n_vocab),
+                 "batched ids: equals onehot(ids)^T dX")
+    want2 = one_hot(ids2, n_vocab).reshape(-1, n_vocab).T @ dX2.reshape(-1, D)  # (n_vocab, 6) x (6, D)
+    if dE2.shape != want2.shape or not np.allclose(dE2, want2, rtol=1e-12, atol=1e-12):
+        raise CheckFailed(
+            "batched ids: equals onehot(ids)^T dX",
+            f"for ids of shape {ids2.shape} the result should sum over all 6 positions",
+            "flatten ids to (N,) and dX to (N, D) before adding",
+        )
+    return ("shape", "unused tokens get zero rows", "a token seen once gets its gradient row",
+            "repeated tokens add their gradients", "batched ids: equals onehot(ids)^T dX")
+
+
+# --- Chapter 2 ------------------------------------------------------------------------------
+
+def check_softmax_jacobian(fn):
+    """Check a learner's ``fn(z) -> J`` for a 1-D ``z``; raise :class:`CheckFailed` naming the failed property.
+
+    Returns the names of the properties checked.
+
+    >>> check_softmax_jacobian(softmax_jacobian)[0]
+    'shape (n, n)'
+    """
+    z = np.array([0.3, -1.2, 2.0, 0.5, -0.4])
+    J = _array(_call(fn, "shape (n, n)", z.copy()), "shape (n, n)", np.float64)
+    if J.shape != (5, 5):
+        raise CheckFailed("shape (n, n)", f"expected (5, 5) for z of shape (5,), got {J.shape}",
+                          "J[j, k] = dp_j/dz_k has one row and one column per logit")
+    if not np.allclose(J, J.T, rtol=0, atol=1e-14):
+        raise CheckFailed("symmetric", "J should equal its transpose",
+                          "J = diag(p) - p p^T, which is symmetric")
+    if not np.allclose(J.sum(axis=1), 0, rtol=0, atol=1e-14):
+        raise CheckFailed(
+            "rows sum to zero",
+            "softmax ignores adding a constant to every logit, so every row of J sums to 0 "
+            "(a numerator-only Jacobian diag(p) fails this)",
+            "add the denominator path -p p^T to diag(p)",
+        )
+    numeric = numerical_jacobian(softmax, z, 1e-5)
+    error = float(np.max(np.abs(J - numeric)))
+    if error >= TOLERANCE:
+        if _sign_flipped(J, numeric):
+            raise CheckFailed("matches central differences of softmax",
+                              f"J is the negative of the Jacobian (max |error| = {error:.1e}): "
+                              "off by a sign", "J = diag(p) - p p^T, not p p^T - diag(p)")
+        raise CheckFailed("matches central differences of softmax",
+                          f"max |error| = {error:.1e} >= {TOLERANCE:.0e}",
+                          "J[j, k] = p_j (delta_jk - p_k)")
+    z_big = np.array([1000.0, -1000.0, 0.0])
+    with np.errstate(all="ignore"):
+        J_big = _array(_call(fn, "finite for extreme logits", z_big.copy()),
+                       "finite for extreme logits", np.float64)
+    if not np.all(np.isfinite(J_big)):
+        raise CheckFailed("finite for extreme logits", "z = [1000, -1000, 0] gave NaN or inf",
+                          "compute p with the maximum logit subtracted first")
+    if not np.allclose(J_big, 0, rtol=0, atol=1e-300):
+        raise CheckFailed("finite for extreme logits",
+                          "for a saturated softmax (p one-hot) every entry should be 0",
+                          "compute p with the maximum logit subtracted first")
+    return ("shape (n, n)", "symmetric", "rows sum to zero", "matches central differences of softmax",
+            "finite for extreme logits")
+
+
+def check_cross_entropy(fn):
+    """Check a learner's ``fn(Z, y) -> (loss, dZ)`` (mean over the batch); raise :class:`CheckFailed` naming the failed property.
+
+    Returns the names of the properties checked.
+
+    >>> from attncourse.loss import cross_entropy_backward, cross_entropy_forward
+    >>> def mine(Z, y):
+    ...     loss, saved = cross_entropy_forward({}, Z, targets=y)
+    ...     return loss, cross_entropy_backward({}, saved, 1.0)[1]
+    >>> check_cross_entropy(mine)[-1]
+    'gradient matches central differences of the loss'
+    """
+    rng = np.random.default_rng(21)
+    B, n_vocab = 4, 6
+    Z = rng.normal(size=(B, n_vocab))
+    y = np.array([5, 0, 3, 0])
+
+    def run(property, Z, y):
+        result = _call(fn, property, Z.copy(), y.copy())
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise CheckFailed(property, f"fn must return a pair (loss, dZ), got {type(result).__name__}",
+                              "return loss, dZ")
+        return result
+
+    loss, dZ = run("loss is a scalar", Z, y)
+    if np.ndim(loss) != 0:
+        raise CheckFailed("loss is a scalar", f"got an array of shape {np.shape(loss)}",
+                          "average the per-example losses into one number")
+    want = float(np.mean(-np.log(np.exp(Z[np.arange(B), y]) / np.exp(Z).sum(axis=1))))
+    if not abs(float(loss) - want) < 1e-12:
+        raise CheckFailed("loss is the mean of -log p_y", f"expected {want:.12f}, got {float(loss):.12f}",
+                          "loss = mean over the batch of -log softmax(Z)[b, y_b]")
+    loss2, _ = run("mean over the batch", np.concatenate([Z, Z]), np.concatenate([y, y]))
+    if not abs(float(loss2) - want) < 1e-12:
+        raise CheckFailed("mean over the batch",
+                          "repeating the batch twice must leave the loss unchanged (a sum would double it)",
+                          "divide by the batch size B")
+    Z_big = np.array([[1000.0, -1000.0, 0.0], [1000.0, -1000.0, 0.0]])
+    with np.errstate(all="ignore"):
+        loss_big, dZ_big = run("finite for extreme logits", Z_big, np.array([0, 1]))
+        finite = bool(np.isfinite(loss_big)) and bool(np.all(np.isfinite(dZ_big)))
+    log_sum_exp = ("use log-sum-exp: log p_y = z_y - logsumexp(z), logsumexp(z) = m + log sum "
+                   "exp(z - m) with m the row maximum; subtracting the maximum alone still takes "
+                   "log(0) = -inf once p_y underflows to 0")
+    if not finite:
+        raise CheckFailed("finite for extreme logits",
+                          "Z = [1000, -1000, 0] gave NaN or inf (the loss overflows)", log_sum_exp)
+    if not abs(float(loss_big) - 1000.0) < 1e-9:
+        raise CheckFailed("finite for extreme logits",
+                          f"the losses 0 and 2000 should average to 1000, got {float(loss_big)}",
+                          log_sum_exp)
+    dZ = _array(dZ, "gradient has the shape of Z", np.float64)
+    if dZ.shape != Z.shape:
+        raise CheckFailed("gradient has the shape of Z", f"expected {Z.shape}, got {dZ.shape}",
+                          "dZ has one row per example and one column per token")
+    if not np.allclose(dZ.sum(axis=-1), 0, rtol=0, atol=1e-15):
+        raise CheckFailed("gradient rows sum to zero",
+                          f"row sums are {np.round(dZ.sum(axis=-1), 6).tolist()}",
+                          "dZ = (softmax(Z) - onehot(y)) / B: subtract the one-hot of the target")
+    numeric = numerical_gradient(lambda Z: float(fn(Z, y)[0]), Z, 1e-5)
+    err = float(np.max(np.abs(dZ - numeric)))
+    if err >= TOLERANCE:
+        if _sign_flipped(dZ, numeric):
+            detail, fix = "dZ is the negative of the gradient: off by a sign", "dZ = (p - onehot(y)) / B"
+        elif np.allclose(dZ, B * numeric, rtol=1e-6, atol=1e-9):
+            detail, fix = f"dZ is B = {B} times the gradient of the mean", "divide dZ by the batch size B"
+        else:
+            detail, fix = "", "check the sign and the 1/B of the mean"
+        raise CheckFailed("gradient matches central differences of the loss",
+                          f"max |error| = {err:.1e} >= {TOLERANCE:.0e}" + (f"; {detail}" if detail else ""),
+                          fix)
+    return ("loss is a scalar", "loss is the mean of -log p_y", "mean over the batch",
+            "finite for extreme logits", "gradient has the shape of Z", "gradient rows sum to zero",
+            "gradient matches central differences of the loss")
+
+
+# --- Chapter 3 ------------------------------------------------------------------------------
+
+def _split(result, property):
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise CheckFailed(property, f"must return a pair (output, probabilities), got {type(result).__name__}",
+                          "return output, probabilities")
+    return _array(result[0], property), _array(result[1], property)
+
+
+def _reference_probabilities(query, key, scale=True):
+    S = attention_scores(query, key)  # (..., T, T), already divided by sqrt(d)
+    if not scale:
+        S = S * math.sqrt(query.shape[-1])
+    return softmax(S, causal_mask(query.shape[-2], key.shape[-2]))
+
+
+def _rows_sum_to_one(P):
+    """The rows of ``P`` sum to one; a row with no visible key is named as such."""
+    rows = P.reshape(-1, P.shape[-1])
+    for flat, row in enumerate(rows):
+        if np.all(np.isnan(row)) or (np.all(np.isfinite(row)) and np.all(row == 0)):
+            i = flat % P.shape[-2]
+            seen = "NaN" if np.isnan(row).all() else "all zero"
+            raise CheckFailed(
+                "rows summing to one",
+                f"query {i} sees no key: its row of probabilities is {seen} (a softmax over no "
+                "visible key)",
+                f"query {i} must see the keys 0..{i}, itself included: hide only the keys j > i",
+            )
+    try:
+        assert_rows_sum_to_one(P, atol=1e-12)
+    except CheckFailed as e:
+        raise CheckFailed(e.property, e.detail,
+                          "normalise over the last axis (the keys), after masking the scores") from None
+
+
+def check_causal_attention(fn, seed=0):
+    """Check a learner's ``causal_attention(query, key, value, query_offset=0, dropout=None)``.
+
+    Properties, in order: **shape** (a pair ``(output, probabilities)`` of shapes
+    ``(..., T, r)`` and ``(..., T, T)``, also with a batch dimension); **rows summing to
+    one** (and no query without a visible key); **causality** (weight exactly 0 on later
+    keys, and earlier outputs unchanged when later keys and values change); **scaling**
+    (probabilities equal the softmax of ``query key^T / sqrt(d)`` over the visible keys;
+    output equals ``probabilities @ value``); **dropout contract** (``dropout`` is called
+    once on the probabilities, the output uses the dropped weights, the returned
+    probabilities are the undropped ones); **offset** (``query_offset != 0`` raises
+    ``NotImplementedError`` until Chapter 10).
+
+    Raises :class:`CheckFailed` whose message starts with the name of the first failed
+    property; re-raises ``NotImplementedError`` if the function is still a stub. Returns
+    the list of properties checked.
+
+    >>> from attncourse.layers.attention import causal_attention
+    >>> check_causal_attention(causal_attention)
+    ['shape', 'rows summing to one', 'causality', 'scaling', 'dropout contract', 'offset']
+    """
+    rng = np.random.default_rng(seed)
+    T, d, r, B = 5, 3, 4, 2  # unequal sizes, so a swapped or transposed result has the wrong shape
+    query, key = rng.standard_normal((T, d)), rng.standard_normal((T, d))
+    value = rng.standard_normal((T, r))
+    bq, bk, bv = rng.standard_normal((B, T, d)), rng.standard_normal((B, T, d)), rng.standard_normal((B, T, r))
+
+    # shape
+    output, probabilities = _split(_call(fn, "shape", query, key, value), "shape")
+    if output.shape != (T, r) or probabilities.shape != (T, T):
+        raise CheckFailed(
+            "shape", f"for query {query.shape}, key {key.shape}, value {value.shape} expected output "
+            f"{(T, r)} and probabilities {(T, T)}, got {output.shape} and {probabilities.shape}",
+            "return (probabilities @ value, probabilities), in that order",
+        )
+    b_out, b_prob = _split(_call(fn, "shape", bq, bk, bv), "shape")
+    if b_out.shape != (B, T, r) or b_prob.shape != (B, T, T):
+        raise CheckFailed(
+            "shape", f"with a batch dimension, query {bq.shape}, key {bk.shape}, value {bv.shape}, expected "
+            f"output {(B, T, r)} and probabilities {(B, T, T)}, got {b_out.shape} and {b_prob.shape}",
+            "transpose only the last two axes of key (np.swapaxes(key, -1, -2), not key.T)",
+        )
+
+    # rows summing to one
+    for P in (probabilities, b_prob):
+        _rows_sum_to_one(P)
+
+    # causality
+    future = ~causal_mask(T, T)  # True where key j is later than query i
+    for P in (probabilities, b_prob):
+        leaked = future & (P != 0)
+        if np.any(leaked):
+            idx = tuple(int(i) for i in np.argwhere(leaked)[0])
+            raise CheckFailed(
+                "causality", f"query {idx[-2]} gives weight {P[idx]:.3g} to the later key {idx[-1]}; "
+                "future keys must get weight exactly 0",
+                "set the scores of keys j > i to -inf before the softmax (a finite -100 still leaks)",
+            )
+    t = 2  # change every key and value after position t
+    key2, value2 = key.copy(), value.copy()
+    key2[t + 1:] = rng.standard_normal(key2[t + 1:].shape)
+    value2[t + 1:] = rng.standard_normal(value2[t + 1:].shape)
+    output2, _ = _split(_call(fn, "causality", query, key2, value2), "causality")
+    if not np.allclose(output2[: t + 1], output[: t + 1], rtol=1e-12, atol=1e-12):
+        raise CheckFailed(
+            "causality", f"outputs at positions 0..{t} changed when only keys and values after position "
+            f"{t} changed", "mask the future before the softmax, so it cannot enter the denominator",
+        )
+
+    # scaling (and the scores themselves)
+    for (q, k, v), out, P in (((query, key, value), output, probabilities), ((bq, bk, bv), b_out, b_prob)):
+        expected = _reference_probabilities(q, k)
+        if not np.allclose(P, expected, rtol=1e-10, atol=1e-12):
+            if np.allclose(P, _reference_probabilities(q, k, scale=False), rtol=1e-10, atol=1e-12):
+                raise CheckFailed("scaling", "the probabilities are the softmax of query key^T without the "
+                                  "1/sqrt(d) factor", "divide the scores by sqrt(d), d = query.shape[-1]")
+            raise CheckFailed(
+                "scaling", "the probabilities differ from the softmax of query key^T / sqrt(d) over the "
+                f"visible keys (max difference {np.max(np.abs(P - expected)):.3g})",
+                "scores = query @ swapaxes(key, -1, -2) / sqrt(d), d = query.shape[-1]",
+            )
+        if not np.allclose(out, expected @ v, rtol=1e-10, atol=1e-12):  # (..., T, T) x (..., T, r) -> (..., T, r)
+            raise CheckFailed("scaling", "without dropout the output must equal probabilities @ value",
+                              "output = probabilities @ value")
+
+    # dropout contract
+    keep = 0.75
+    mask = rng.random((T, T)) < keep
+    calls = []
+
+    def dropout(P):
+        calls.append(np.array(P, copy=True))
+        return np.where(mask, P / keep, 0.0)
+
+    d_out, d_prob = _split(_call(fn, "dropout contract", query, key, value, dropout=dropout),
+                           "dropout contract")
+    expected = _reference_probabilities(query, key)
+    if len(calls) != 1:
+        raise CheckFailed("dropout contract", f"dropout must be called exactly once, it was called "
+                          f"{len(calls)} times", "call dropout(probabilities) once and keep its result")
+    if not np.allclose(calls[0], expected, rtol=1e-10, atol=1e-12):
+        raise CheckFailed("dropout contract", "dropout must be applied to the (masked, scaled) probabilities",
+                          "apply dropout after the softmax")
+    if not np.allclose(d_prob, expected, rtol=1e-10, atol=1e-12):
+        raise CheckFailed("dropout contract", "the returned probabilities must be the undropped ones",
+                          "return the probabilities from before dropout")
+    if not np.allclose(d_out, dropout(expected) @ value, rtol=1e-10, atol=1e-12):  # (T, T) x (T, r) -> (T, r)
+        raise CheckFailed("dropout contract", "the output must be dropout(probabilities) @ value",
+                          "multiply the dropped weights, not the probabilities, by value")
+
+    # offset
+    try:
+        fn(query, key, value, query_offset=1)
+    except NotImplementedError:
+        pass
+    except Exception as e:  # any other exception is the wrong contract
+        raise CheckFailed(
+            "offset", f"query_offset=1 must raise NotImplementedError (Chapter 10 adds the cache), "
+            f"it raised {type(e).__name__}: {e}", "raise NotImplementedError when query_offset != 0",
+        ) from e
+    else:
+        raise CheckFailed(
+            "offset", "query_offset=1 must raise NotImplementedError (Chapter 10 adds the cache), it "
+            "returned a result", "raise NotImplementedError when query_offset != 0",
+        )
+    return ["shape", "rows summing to one", "causality", "scaling", "dropout contract", "offset"]
+
+
+# --- Chapter 4 ------------------------------------------------------------------------------
+
+def _expected_mask(T, key_valid):
+    """The reference answer: key j visible to query i iff j <= i and key j is real."""
+    i = np.arange(T)[:, None]
+    j = np.arange(T)[None, :]
+    return (j <= i) & key_valid[..., None, :]
+
+
+def _mask_cases(seed):
+    """The batches the mask checker tries, in order: left padding with an empty sequence,
+    right padding, and an irregular pattern (not padding at one end)."""
+    rng = np.random.default_rng(seed)
+    return [key_valid_from_lengths([3, 5, 0], 5, side="left"),
+            key_valid_from_lengths([2, 6], 6, side="right"),
+            rng.random((3, 7)) < 0.6]
+
+
+def check_attention_mask(mask_fn, seed=0):
+    """Check a learner's ``mask_fn(T, key_valid) -> visible``; raise :class:`CheckFailed` naming the failed property.
+
+    ``key_valid`` is ``(B, T)``; the answer must be a boolean ``(B, T, T)`` array with key
+    ``j`` visible to query ``i`` exactly when ``j <= i`` and key ``j`` is a real token.
+    The properties are tried in order on several batches (left and right padding, a row
+    with nothing visible, an irregular pattern), and the first one that fails is named,
+    with the ``key_valid`` batch it failed on.
+
+    >>> def mine(T, key_valid):
+    ...     causal = np.tril(np.ones((T, T), dtype=bool))
+    ...     return causal & key_valid[:, None, :]
+    >>> check_attention_mask(mine)
+    'check_attention_mask: all 5 properties hold'
+    >>> check_attention_mask(lambda T, kv: np.tril(np.ones((T, T), dtype=bool)) & kv[:, :, None])
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncourse.verify.failed.CheckFailed: padded keys are hidden from every query: query 2 of sequence 0 may read padded key 0 (key_valid = [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]]) (likely fix: ...)
+    """
+    for key_valid in _mask_cases(seed):
+        B, T = key_valid.shape
+        batch = f" (key_valid = {key_valid.astype(int).tolist()})"
+        visible = _array(_call(mask_fn, "shape and type", T, key_valid.copy()), "shape and type")
+        want = _expected_mask(T, key_valid)
+        if visible.shape != (B, T, T) or visible.dtype != np.bool_:
+            raise CheckFailed(
+                "shape and type", f"expected a boolean array of shape {(B, T, T)}, got {visible.dtype} "
+                f"{visible.shape}" + batch, "return one boolean (T, T) mask per sequence: shape (B, T, T)",
+            )
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        future = np.argwhere(visible & (j > i))
+        if future.size:
+            b, q, k = future[0]
+            raise CheckFailed("no query reads a future key",
+                              f"query {q} of sequence {b} may read key {k}" + batch,
+                              "combine with the causal mask: key j <= query i")
+        padded = np.argwhere(visible & ~key_valid[:, None, :])
+        if padded.size:
+            b, q, k = padded[0]
+            raise CheckFailed("padded keys are hidden from every query",
+                              f"query {q} of sequence {b} may read padded key {k}" + batch,
+                              "hide columns (keys): key_valid[:, None, :], not rows key_valid[:, :, None]")
+        self_hidden = np.argwhere(key_valid & ~np.diagonal(visible, axis1=-2, axis2=-1))
+        if self_hidden.size:
+            b, q = self_hidden[0]
+            raise CheckFailed("a real query reads its own key",
+                              f"query {q} of sequence {b} may not read key {q}" + batch,
+                              "the causal part is j <= i (the diagonal included), not j < i")
+        missing = np.argwhere(want & ~visible)
+        if missing.size:
+            b, q, k = missing[0]
+            raise CheckFailed("real past keys stay visible",
+                              f"query {q} of sequence {b} may not read real key {k}" + batch,
+                              "hide only future keys and padded keys, nothing else")
+    return "check_attention_mask: all 5 properties hold"
