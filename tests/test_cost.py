@@ -6,9 +6,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from attncourse.cost import AttentionCost, attention_cost, counted_head_forward
+from attncourse.cost import (AttentionCost, ModelFlops, attention_cost, counted_head_forward,
+                             counted_model_flops, model_flops_per_token, model_parameter_count)
 from attncourse.examples import random_head
 from attncourse.layers.head import head_forward
+from attncourse.model import ModelConfig, count_parameters, init_model, model_forward
 
 
 def test_formula_values():
@@ -59,3 +61,85 @@ def test_counted_reference_rejects_batches_and_bad_shapes():
         counted_head_forward(np.stack([h.X, h.X]), h.W_Q, h.W_K, h.W_V)
     with pytest.raises(ValueError, match=r"W_Q must have one row per input feature"):
         counted_head_forward(h.X, h.W_Q.T, h.W_K, h.W_V)
+
+
+# --- the whole model (Chapter 6) ------------------------------------------------------
+
+CONFIGS = [
+    dict(n_vocab=7, T_max=6, D=4, heads=2, layers=2, ratio=2),
+    dict(n_vocab=7, T_max=6, D=4, heads=2, layers=2, ratio=2, tied=True),
+    dict(n_vocab=11, T_max=9, D=6, heads=3, layers=3),
+    dict(n_vocab=5, T_max=12, D=10, heads=5, layers=1, ratio=3, tied=True),
+]
+
+
+@pytest.mark.parametrize("sizes", CONFIGS)
+def test_parameter_formula_equals_the_count_of_the_arrays(sizes):
+    config = ModelConfig(**sizes)
+    assert model_parameter_count(config) == count_parameters(init_model(config))
+
+
+def test_parameter_formula_pieces():
+    config = ModelConfig(n_vocab=11, T_max=9, D=6, heads=3, layers=3)
+    D, F = 6, 24
+    block = 4 * D * D + (2 * F * D + F + D) + 4 * D
+    assert model_parameter_count(config) == 11 * D + 9 * D + 3 * block + 2 * D + D * 11
+    tied = ModelConfig(n_vocab=11, T_max=9, D=6, heads=3, layers=3, tied=True)
+    assert model_parameter_count(config) - model_parameter_count(tied) == D * 11
+
+
+@pytest.mark.parametrize("sizes", CONFIGS)
+@pytest.mark.parametrize("shape", [(3,), (2, 3), (2, 1, 5)])
+def test_flop_formula_equals_the_counted_pass(sizes, shape):
+    config = ModelConfig(**sizes)
+    params = init_model(config, seed=1)
+    ids = np.random.default_rng(2).integers(0, config.n_vocab, size=shape)
+    _, saved = model_forward(params, ids, config=config)
+    counted = counted_model_flops(params, saved)
+    assert counted == model_flops_per_token(config, T=shape[-1])
+    assert counted.total == counted.matmul + counted.attention
+
+
+@pytest.mark.parametrize("sizes", CONFIGS)
+def test_matmul_flops_are_twice_the_parameters_that_multiply(sizes):
+    config = ModelConfig(**sizes)
+    params = init_model(config)
+    D, L, F = config.D, config.layers, config.ratio * config.D
+    lookup = 0 if config.tied else config.n_vocab * D  # a lookup, not a product
+    positions = config.T_max * D  # added, not multiplied
+    not_multiplied = lookup + positions + L * (F + D + 4 * D) + 2 * D  # biases, norms
+    flops = model_flops_per_token(config, T=config.T_max)
+    assert flops.matmul == 2 * (count_parameters(params) - not_multiplied)
+
+
+def test_attention_flops_grow_linearly_with_T_per_token():
+    config = ModelConfig(**CONFIGS[2])
+    one, nine = model_flops_per_token(config, 1), model_flops_per_token(config, 9)
+    assert nine.matmul == one.matmul and nine.attention == 9 * one.attention
+    assert one.attention == 4 * config.layers * config.D
+
+
+def test_a_formula_that_forgets_A_V_or_the_unembedding_disagrees_with_the_count():
+    # fault controls of the comparison: each plausible slip changes the number
+    config = ModelConfig(**CONFIGS[0])
+    params = init_model(config)
+    _, saved = model_forward(params, np.zeros((2, 5), dtype=int), config=config)
+    counted = counted_model_flops(params, saved)
+    D, L, n = config.D, config.layers, config.n_vocab
+    right = model_flops_per_token(config, T=5)
+    assert counted != right._replace(attention=2 * L * 5 * D)  # only Q K^T counted
+    assert counted != right._replace(attention=right.attention // 2)  # causal half
+    assert counted != right._replace(matmul=right.matmul - 2 * D * n)  # no unembedding
+    halves = ModelFlops(right.matmul // 2, right.attention // 2)
+    assert counted != halves  # multiply-adds, not FLOPs
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda c: model_flops_per_token(c, T=7), r"T=7 exceeds the model's T_max=6"),
+    (lambda c: model_flops_per_token(c, T=0), r"sizes must be positive integers: T=0"),
+    (lambda c: model_parameter_count(object()),
+     r"sizes must be positive integers: n_vocab=None"),
+])
+def test_counting_rejects_bad_input(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(ModelConfig(**CONFIGS[0]))

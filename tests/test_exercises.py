@@ -16,12 +16,18 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
 import attncourse as ac
+from attncourse.cost import model_parameter_count
 from attncourse.faults import attention as fa
 from attncourse.faults import embedding as fe
 from attncourse.faults import loss as fl
+from attncourse.faults import block as fb
+from attncourse.faults import layernorm as fln
 from attncourse.layers.attention import causal_attention, causal_mask, combine_masks, key_padding_mask
 from attncourse.layers.embedding import embedding_backward, embedding_forward, one_hot
+from attncourse.layers.block import residual_backward
+from attncourse.layers.layernorm import layernorm_backward
 from attncourse.loss import cross_entropy, cross_entropy_backward, cross_entropy_forward
+from attncourse.model import count_parameters, init_model
 from attncourse.softmax import softmax, softmax_jacobian
 from attncourse.verify import CheckFailed
 from attncourse.verify import exercises as ex
@@ -73,6 +79,9 @@ stubs = {
     "check_causal_attention": lambda q, k, v, query_offset=0, dropout=None: (
         np.zeros(q.shape[:-1] + v.shape[-1:]), np.zeros(q.shape[:-1] + k.shape[-2:-1])),
     "check_attention_mask": lambda T, kv: np.zeros((len(kv), T, T), dtype=bool),
+    "check_layernorm_backward": lambda dY, x_hat, inv_std, gamma: np.zeros(np.shape(dY)),
+    "check_block_residual": lambda dY, d_sublayer: np.zeros(np.shape(dY)),
+    "check_parameter_count": lambda config: 0,
 }
 for name, stub in stubs.items():
     try:
@@ -96,6 +105,9 @@ def test_stubs_returning_zeros_are_rejected_under_python_O():
         "check_cross_entropy rejected: loss is the mean of -log p_y",
         "check_causal_attention rejected: rows summing to one",
         "check_attention_mask rejected: a real query reads its own key",
+        "check_layernorm_backward rejected: matches central differences of LayerNorm",
+        "check_block_residual rejected: the identity path is added",
+        "check_parameter_count rejected: the position table",
     ]
 
 
@@ -596,3 +608,162 @@ def test_the_chapter_solution_passes_the_mask_checker():
     namespace = {"np": np, "ac": ac, "verify": ac.verify}
     exec(code, namespace)  # defines my_attention_mask and prints the checker's verdict
     assert verdict(namespace["my_attention_mask"]) == "check_attention_mask: all 5 properties hold"
+
+
+# --- Chapter 5: the LayerNorm backward and the residual -------------------------------
+
+def package_layernorm_dx(dY, x_hat, inv_std, gamma):
+    """The package's backward, as the learner's signature (X: read for its shape)."""
+    params = {"gamma": gamma, "beta": np.zeros_like(gamma)}
+    saved = {"X": x_hat, "x_hat": x_hat, "inv_std": inv_std}
+    return layernorm_backward(params, saved, dY)[1]
+
+
+def compact_dx(dY, x_hat, inv_std, gamma, *, mean_term=True, variance_term=True,
+               gain=True):
+    """The compact formula, with each of its parts optional (wrong answers drop one)."""
+    g = dY * gamma if gain else dY
+    dX = g
+    if mean_term:
+        dX = dX - g.mean(axis=-1, keepdims=True)
+    if variance_term:
+        dX = dX - x_hat * np.mean(g * x_hat, axis=-1, keepdims=True)
+    return dX * inv_std
+
+
+def test_layernorm_checker_passes_the_package_and_the_compact_formula():
+    properties = ("shape", "rows of dX sum to zero", "dX orthogonal to x_hat",
+                  "matches central differences of LayerNorm")
+    assert ex.check_layernorm_backward(package_layernorm_dx) == properties
+    assert ex.check_layernorm_backward(compact_dx) == properties
+    for seed in range(3):
+        assert ex.check_layernorm_backward(compact_dx, seed=seed) == properties
+
+
+@pytest.mark.parametrize("wrong, property, words", [
+    (lambda dY, x_hat, s, gamma: compact_dx(dY, x_hat, s, gamma)[..., :-1], "shape",
+     "expected the shape of dY, (2, 3, 5)"),
+    (lambda dY, x_hat, s, gamma: compact_dx(dY, x_hat, s, gamma).reshape(-1, 5),
+     "shape", "got (6, 5)"),
+    (lambda *a: compact_dx(*a, mean_term=False), "rows of dX sum to zero",
+     "subtract the row mean of g"),
+    (lambda *a: compact_dx(*a, variance_term=False), "dX orthogonal to x_hat",
+     "x_hat * mean(g * x_hat)"),
+    (lambda *a: compact_dx(*a, gain=False), "matches central differences of LayerNorm",
+     "g = dY * gamma"),
+    (lambda dY, x_hat, s, gamma: compact_dx(dY, x_hat, 1.0, gamma),
+     "matches central differences of LayerNorm", "inv_std"),
+])
+def test_layernorm_checker_names_the_failed_property(wrong, property, words):
+    error = failure(ex.check_layernorm_backward, wrong)
+    assert error.property == property
+    assert words in str(error)
+
+
+def test_layernorm_checker_rejects_the_planted_backward_faults():
+    def as_learner(backward):
+        def fn(dY, x_hat, inv_std, gamma):
+            params = {"gamma": gamma, "beta": np.zeros_like(gamma)}
+            saved = {"X": x_hat, "x_hat": x_hat, "inv_std": inv_std}
+            return backward(params, saved, dY)[1]
+        return fn
+    for backward, property in (
+            (fln.layernorm_backward_no_mean_term, "rows of dX sum to zero"),
+            (fln.layernorm_backward_no_variance_term, "dX orthogonal to x_hat")):
+        error = failure(ex.check_layernorm_backward, as_learner(backward))
+        assert error.property == property
+
+
+def test_block_residual_checker_passes_the_package():
+    assert ex.check_block_residual(residual_backward) == (
+        "shape", "the identity path is added", "the identity path is added once",
+        "the sublayer path is added", "matches central differences of y = x + f(x)")
+    assert ex.check_block_residual(lambda dY, d_sublayer: d_sublayer + dY, seed=3)
+
+
+@pytest.mark.parametrize("wrong, property, words", [
+    (lambda dY, d: (dY + d).T, "shape", "expected the shape of x, (4, 3), got (3, 4)"),
+    (fb.residual_backward_dropped, "the identity path is added",
+     "only the sublayer path reaches x"),
+    (fb.residual_backward_doubled, "the identity path is added once", "counted twice"),
+    (lambda dY, d: 0.5 * dY + d, "the identity path is added once", "differs from dY"),
+    (lambda dY, d: np.asarray(dY, dtype=float), "the sublayer path is added",
+     "fn(0, d_sublayer) differs from d_sublayer"),
+    (lambda dY, d: dY + d + dY * d, "matches central differences of y = x + f(x)",
+     "sum the two paths and nothing else"),
+])
+def test_block_residual_checker_names_the_failed_property(wrong, property, words):
+    error = failure(ex.check_block_residual, wrong)
+    assert error.property == property
+    assert words in str(error)
+
+
+@pytest.mark.parametrize("checker",
+                         [ex.check_layernorm_backward, ex.check_block_residual],
+                         ids=lambda c: c.__name__)
+def test_the_chapter_5_checkers_pass_a_stub_through_and_name_other_exceptions(checker):
+    with pytest.raises(NotImplementedError, match="your code here"):
+        checker(unfinished)
+    error = failure(checker, lambda *args: args[0].missing)
+    assert error.property == "shape" and "raised AttributeError" in error.detail
+    assert error.__cause__ is not None
+
+
+# --- Chapter 6: the parameter count --------------------------------------------------
+
+def without(*terms):
+    """A parameter count that leaves out the named terms (each a plausible slip)."""
+    def fn(config):
+        n, D, L, F = config.n_vocab, config.D, config.layers, config.ratio * config.D
+        removed = {"positions": config.T_max * D, "mlp biases": L * (F + D),
+                   "block norms": L * 4 * D, "final norm": 2 * D,
+                   "unembedding": 0 if config.tied else D * n,
+                   "tied twice": -D * n if config.tied else 0,
+                   "ratio 4": L * (2 * D * F + F) - L * (2 * D * 4 * D + 4 * D),
+                   "W_O": L * D * D,
+                   # (D, d) per matrix instead of (D, H d)
+                   "heads": L * 4 * D * (D - config.d)}
+        return model_parameter_count(config) - sum(removed[t] for t in terms)
+    return fn
+
+
+def test_parameter_count_checker_passes_the_closed_form():
+    properties = ex.check_parameter_count(model_parameter_count)
+    assert properties == ex.PARAMETER_COUNT_PROPERTIES
+    assert len(ex.PARAMETER_COUNT_PROPERTIES) == 8
+    # the learner may count the arrays of a fresh model instead
+    assert ex.check_parameter_count(lambda c: count_parameters(init_model(c)))
+
+
+@pytest.mark.parametrize("terms, property, words", [
+    (("positions",), "the position table", "add the learned positions P"),
+    (("unembedding",), "the token table and the unembedding", "add the unembedding U"),
+    (("tied twice",), "tied: one table", "count E once"),
+    (("heads",), "independent of the number of heads", "H d = H r = D"),
+    (("mlp biases",), "one block", "add the MLP biases"),
+    (("block norms",), "one block", "add the two LayerNorms of each block"),
+    (("block norms", "final norm"), "one block", "add the two LayerNorms"),
+    (("W_O",), "one block", "W_O"),
+    (("ratio 4",), "the MLP width", "use config.ratio"),
+    (("final norm",), "the total", "add the final LayerNorm"),
+])
+def test_parameter_count_checker_names_each_forgotten_term(terms, property, words):
+    error = failure(ex.check_parameter_count, without(*terms))
+    assert error.property == property
+    assert words in str(error)
+
+
+def test_parameter_count_checker_wants_a_whole_number():
+    for wrong in (lambda c: float(model_parameter_count(c)), lambda c: True,
+                  lambda c: np.array([model_parameter_count(c)])):
+        error = failure(ex.check_parameter_count, wrong)
+        assert error.property == "a whole number" and "return an int" in error.fix
+    assert ex.check_parameter_count(lambda c: np.int64(model_parameter_count(c)))
+
+
+def test_parameter_count_checker_passes_a_stub_through_and_names_other_exceptions():
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_parameter_count(unfinished)
+    error = failure(ex.check_parameter_count, lambda config: config.vocabulary)
+    assert error.property == "a whole number"
+    assert "raised AttributeError" in error.detail

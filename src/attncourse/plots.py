@@ -31,6 +31,12 @@ __all__ = [
     "show_matrix",
     "lookup_figure",
     "scatter_add_figure",
+    "model_figure",
+    "BUDGET_COLORS",
+    "parameter_budget_figure",
+    "gelu_figure",
+    "depth_profile",
+    "depth_figure",
 ]
 
 
@@ -420,4 +426,294 @@ def head_weights_figure(A, labels, hidden):
         ax.set_xlabel("key (read)")
     axes[0, 0].set_ylabel("query (reading)")
     fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="weight $A_{ij}$")
+    return fig
+
+
+# --- Chapter 6: the whole model -------------------------------------------------------
+
+
+def _diagram_box(ax, xy, text, color, width=2.3, height=0.62, fontsize=9):
+    """A rounded box centred at ``xy`` holding ``text``."""
+    from matplotlib.patches import FancyBboxPatch
+
+    x, y = xy
+    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
+                                boxstyle="round,pad=0.04,rounding_size=0.12",
+                                facecolor=color, edgecolor="black", lw=1.0, zorder=3))
+    ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, zorder=4)
+
+
+def _diagram_line(ax, points, color="black", ls="-"):
+    """A polyline through ``points`` with an arrow head at the last point."""
+    xs, ys = zip(*points)
+    ax.plot(xs[:-1], ys[:-1], color=color, ls=ls, lw=1.3, zorder=2)
+    ax.add_patch(FancyArrowPatch(points[-2], points[-1], arrowstyle="-|>",
+                                 mutation_scale=12, color=color, ls=ls, lw=1.3,
+                                 shrinkA=0, shrinkB=0, zorder=2))
+
+
+def _diagram_plus(ax, xy):
+    """The circled plus where a branch is added to the residual stream."""
+    ax.add_patch(Circle(xy, 0.2, facecolor="white", edgecolor="black", lw=1.1,
+                        zorder=3))
+    ax.text(*xy, "+", ha="center", va="center", fontsize=12, zorder=4)
+
+
+def _diagram_branch(ax, y, name, text, color, out):
+    """A branch: from the stream at ``y`` through LN and ``text``, back at ``out``."""
+    _diagram_line(ax, [(0.0, y), (1.8, y)])
+    _diagram_box(ax, (2.3, y), f"LN{name}", "#e3e3e3", width=1.0)
+    _diagram_line(ax, [(2.84, y), (3.3, y)])
+    _diagram_box(ax, (4.9, y), text, color, width=3.1)
+    _diagram_line(ax, [(4.9, y + 0.35), (4.9, out), (0.2, out)])
+    _diagram_plus(ax, (0.0, out))
+
+
+def model_figure(config, *, max_blocks=3):
+    """Draw the model of ``config`` as boxes on its residual stream; return the Figure.
+
+    ``config`` has the fields of :class:`attncourse.model.ModelConfig` (``n_vocab,
+    T_max, D, heads, layers, ratio, tied``). Up to ``max_blocks`` blocks are drawn in
+    full; a deeper model shows its first blocks, a gap, and its last block. A tied model
+    draws a dashed link from the token table to the unembedding.
+
+    >>> from attncourse.model import ModelConfig
+    >>> fig = model_figure(ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=5,
+    ...                                tied=True))
+    >>> [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("block")]
+    ['block 1', 'block 2', 'blocks 3 to 4', 'block 5']
+    >>> [t.get_text() for t in fig.axes[0].texts if "tied" in t.get_text()]
+    ['tied: the same E']
+    >>> plt.close(fig)
+    """
+    if max_blocks < 2:
+        raise ValueError(f"max_blocks must be at least 2, got {max_blocks}")
+    L, D, n_vocab = config.layers, config.D, config.n_vocab
+    drawn = list(range(1, L + 1))
+    if L > max_blocks:
+        drawn = list(range(1, max_blocks)) + [L]
+    height = 3.0 + 3.0 * len(drawn) + (0.9 if L > max_blocks else 0.0) + 4.2
+    fig, ax = plt.subplots(figsize=(7.2, 0.6 * height))
+    _diagram_box(ax, (0.0, 0.0), r"token ids $x$  $(B, T)$", "#fde2b5")
+    _diagram_line(ax, [(0.0, 0.31), (0.0, 0.8)])
+    _diagram_box(ax, (0.0, 1.2), f"token embedding $E$\n{n_vocab} × {D}", "#cfe3f7",
+                 height=0.8)
+    _diagram_box(ax, (4.9, 1.2), f"positions $P$\n{config.T_max} × {D}", "#cfe3f7",
+                 width=3.1, height=0.8)
+    _diagram_line(ax, [(0.0, 1.6), (0.0, 2.1)])
+    _diagram_line(ax, [(4.9, 1.6), (4.9, 2.3), (0.2, 2.3)])
+    _diagram_plus(ax, (0.0, 2.3))
+    y = 2.3
+    attention = f"causal attention\n{config.heads} heads of width {D // config.heads}"
+    mlp = f"MLP  {D} → {config.ratio * D} → {D}\n(GELU)"
+    for k in drawn:
+        if k == L and L > max_blocks:
+            ax.text(0.0, y + 0.5, "⋮", ha="center", va="center", fontsize=16)
+            ax.text(0.5, y + 0.5, f"blocks {max_blocks} to {L - 1}", va="center",
+                    fontsize=9, color="dimgray")
+            y += 0.9
+        _diagram_branch(ax, y + 0.7, "$_1$", attention, "#d7f0d2", y + 1.5)
+        _diagram_branch(ax, y + 2.2, "$_2$", mlp, "#f7d9cf", y + 3.0)
+        ax.add_patch(plt.Rectangle((-0.45, y + 0.3), 7.0, 2.95, fill=False,
+                                   edgecolor="0.55", ls="--", lw=0.9, zorder=1))
+        ax.text(6.45, y + 3.15, f"block {k}", fontsize=9, ha="right", va="top",
+                color="0.35")
+        y += 3.0
+    top = y + 0.9
+    ax.plot([0.0, 0.0], [2.3, top], color="0.45", lw=5, alpha=0.35, zorder=0,
+            solid_capstyle="butt")
+    ax.text(-0.6, (2.3 + top) / 2, "residual stream", rotation=90, ha="right",
+            va="center", fontsize=9, color="0.35")
+    _diagram_line(ax, [(0.0, y + 0.2), (0.0, top - 0.31)])
+    _diagram_box(ax, (0.0, top), "final LN", "#e3e3e3", width=1.4)
+    unembed = f"unembedding $E^\\top$\n{D} × {n_vocab}" if config.tied else (
+        f"unembedding $U$\n{D} × {n_vocab}")
+    _diagram_line(ax, [(0.0, top + 0.31), (0.0, top + 0.7)])
+    _diagram_box(ax, (0.0, top + 1.1), unembed, "#cfe3f7", height=0.8)
+    _diagram_line(ax, [(0.0, top + 1.5), (0.0, top + 1.89)])
+    _diagram_box(ax, (0.0, top + 2.2), r"logits $Z$  $(B, T, n_{\mathrm{vocab}})$",
+                 "#e3e3e3", width=3.0)
+    _diagram_line(ax, [(0.0, top + 2.51), (0.0, top + 2.9)])
+    _diagram_box(ax, (0.0, top + 3.3), "mean cross-entropy\nagainst the next tokens",
+         "#d7f0d2", width=3.0, height=0.8)
+    if config.tied:
+        link = [(-1.15, 1.2), (-1.6, 1.2), (-1.6, top + 1.1), (-1.15, top + 1.1)]
+        _diagram_line(ax, link, color="tab:blue", ls="--")
+        ax.text(-1.75, (1.2 + top) / 2, "tied: the same E", rotation=90, ha="right",
+                va="center", fontsize=9, color="tab:blue")
+    ax.set_xlim(-2.4, 6.8)
+    ax.set_ylim(-0.6, top + 3.9)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+BUDGET_COLORS = {"token embedding": "#4c72b0", "positions": "#8fb0d9",
+                 "attention": "#55a868", "MLP": "#dd8452",
+                 "norms and biases": "#999999", "unembedding": "#8172b3"}
+"""The components of a parameter budget, in the order drawn, and their colours."""
+
+
+def parameter_budget_figure(budgets):
+    """Draw each model's parameters as a bar split by component; return the Figure.
+
+    ``budgets`` maps a model's label to ``{component: count}`` with the components of
+    :data:`BUDGET_COLORS` (a missing one counts 0). Each bar shows fractions of that
+    model's total, written at its end.
+
+    >>> fig = parameter_budget_figure({"tiny": {"attention": 30, "MLP": 60,
+    ...                                          "token embedding": 10}})
+    >>> fig.axes[0].texts[-1].get_text()
+    'N = 100'
+    >>> plt.close(fig)
+    """
+    unknown = sorted({c for b in budgets.values() for c in b} - set(BUDGET_COLORS))
+    if unknown:
+        raise ValueError(f"unknown components {unknown}; known: {list(BUDGET_COLORS)}")
+    labels = list(budgets)
+    fig, ax = plt.subplots(figsize=(8.4, 0.7 * len(labels) + 1.7),
+                           layout="constrained")
+    for i, label in enumerate(labels):
+        total = sum(budgets[label].values())
+        left = 0.0
+        for component, color in BUDGET_COLORS.items():
+            share = budgets[label].get(component, 0) / total
+            ax.barh(i, share, left=left, color=color, edgecolor="white",
+                    label=component if i == 0 else None)
+            if share >= 0.08:
+                ax.text(left + share / 2, i, f"{share:.0%}", ha="center", va="center",
+                        fontsize=8, color="white")
+            left += share
+        ax.text(1.01, i, f"N = {_short_count(total)}", va="center", fontsize=9)
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("fraction of the parameters")
+    fig.legend(ncol=3, fontsize=8, loc="outside lower center", frameon=False)
+    return fig
+
+
+def _short_count(n):
+    """``1234567`` -> ``'1.23M'``; small counts as they are."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(int(n))
+
+
+# --- Chapter 5: the block ------------------------------------------------------------
+
+
+def gelu_figure(x, gelu, gelu_tanh, slope, slope_tanh):
+    """Three panels: GELU and ReLU; their derivatives; the gaps between its two forms.
+
+    ``gelu`` and ``slope`` are the exact form and its derivative on the grid ``x``,
+    ``gelu_tanh`` and ``slope_tanh`` the tanh form's; ReLU ``max(x, 0)`` and its step
+    derivative are drawn for comparison. The third panel shows ``gelu - gelu_tanh`` and
+    ``slope - slope_tanh`` in units of ``1e-4``.
+
+    >>> x = np.linspace(-3, 3, 7)
+    >>> fig = gelu_figure(x, x, x, np.ones(7), np.ones(7))
+    >>> [ax.get_title() for ax in fig.axes]
+    ['GELU and ReLU', 'derivatives', 'exact minus tanh form']
+    >>> plt.close(fig)
+    """
+    x = np.asarray(x, dtype=np.float64)
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(11, 3.4),
+                                        constrained_layout=True)
+    ax1.plot(x, np.maximum(x, 0.0), color="0.6", ls="--", label="ReLU")
+    ax1.plot(x, gelu, color="tab:blue", label=r"GELU $x\,\Phi(x)$")
+    ax1.plot(x, gelu_tanh, color="tab:orange", ls=":", lw=2.2, label="tanh form")
+    ax1.set_title("GELU and ReLU")
+    ax2.plot(x, np.where(x > 0, 1.0, 0.0), color="0.6", ls="--", label="ReLU' (step)")
+    ax2.plot(x, slope, color="tab:blue", label=r"GELU' $=\Phi(x) + x\,\varphi(x)$")
+    ax2.plot(x, slope_tanh, color="tab:orange", ls=":", lw=2.2, label="tanh form'")
+    ax2.set_title("derivatives")
+    scale = 1e-4
+    ax3.plot(x, (np.asarray(gelu) - gelu_tanh) / scale, color="tab:green",
+             label="value")
+    ax3.plot(x, (np.asarray(slope) - slope_tanh) / scale, color="tab:red", ls="--",
+             label="slope")
+    ax3.axhline(0.0, color="0.6", lw=0.8)
+    ax3.set_ylabel(r"difference, units of $10^{-4}$")
+    ax3.set_title("exact minus tanh form")
+    for ax in (ax1, ax2, ax3):
+        ax.set_xlabel("$x$")
+        ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def _rms_norm(M):
+    """The root-mean-square over positions of the per-position norm ``|m_t|``."""
+    M = np.asarray(M, dtype=np.float64)
+    return float(np.sqrt(np.mean(np.sum(M * M, axis=-1))))
+
+
+def _position_spread(M):
+    """``|M - mean over positions| / |M|`` (Frobenius norms): 0 when all rows agree."""
+    M = np.asarray(M, dtype=np.float64)
+    centred = M - M.mean(axis=-2, keepdims=True)
+    return float(np.linalg.norm(centred) / np.linalg.norm(M))
+
+
+def depth_profile(layers, X, dY):
+    """Run a stack of layer pairs forward, then backward, measuring every depth.
+
+    ``layers`` is a list of ``(forward, backward, params)`` with any hyperparameters
+    already bound: ``y, saved = forward(params, x)``, ``dparams, dx = backward(params,
+    saved, dy)``. The probe is ``J = sum(Y * dY)`` at the top. Returns arrays of length
+    ``L + 1`` (index 0 is the input ``X``, index ``l`` the output of layer ``l``):
+    ``norm``, the root-mean-square per-position norm of the stream; ``spread``,
+    ``|X - mean over positions| / |X|``, 0 when every position holds the same vector;
+    ``grad_norm``, the root-mean-square per-position norm of ``dJ/dX`` at that depth.
+
+    >>> from attncourse.layers.linear import linear_backward, linear_forward
+    >>> double = (linear_forward, linear_backward, {"W": 2.0 * np.eye(2)})
+    >>> profile = depth_profile([double, double], np.ones((3, 2)), np.ones((3, 2)))
+    >>> profile["norm"] / profile["norm"][0]
+    array([1., 2., 4.])
+    >>> profile["grad_norm"] / profile["grad_norm"][-1]
+    array([4., 2., 1.])
+    """
+    stream, stashes = [np.asarray(X, dtype=np.float64)], []
+    for forward, _, params in layers:
+        Y, saved = forward(params, stream[-1])
+        stream.append(np.asarray(Y, dtype=np.float64))
+        stashes.append(saved)
+    grads = [np.asarray(dY, dtype=np.float64)]
+    for (_, backward, params), saved in zip(reversed(layers), reversed(stashes)):
+        grads.append(backward(params, saved, grads[-1])[1])
+    return {"norm": np.array([_rms_norm(M) for M in stream]),
+            "spread": np.array([_position_spread(M) for M in stream]),
+            "grad_norm": np.array([_rms_norm(g) for g in reversed(grads)])}
+
+
+def depth_figure(profiles):
+    """Three panels against depth: stream norm, gradient norm, spread over positions.
+
+    ``profiles`` maps a label to a :func:`depth_profile` result; every axis is
+    logarithmic.
+
+    >>> flat = {"norm": np.ones(3), "spread": np.ones(3), "grad_norm": np.ones(3)}
+    >>> fig = depth_figure({"flat": flat})
+    >>> [ax.get_title() for ax in fig.axes]
+    ['the stream', 'its gradient', 'how different the positions stay']
+    >>> plt.close(fig)
+    """
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), constrained_layout=True)
+    panels = [("norm", "the stream", "RMS per-position norm of the stream"),
+              ("grad_norm", "its gradient", "RMS per-position norm of $dJ/dX$"),
+              ("spread", "how different the positions stay",
+               r"$\|X - \bar X\| \,/\, \|X\|$ over positions")]
+    styles = ["o-", "s--", "^-.", "v:"]
+    for ax, (key, title, ylabel) in zip(axes, panels):
+        for n, (label, profile) in enumerate(profiles.items()):
+            values = np.asarray(profile[key])
+            ax.semilogy(np.arange(values.size), values, styles[n % len(styles)],
+                        ms=3, label=label)
+        ax.set_xlabel("depth (blocks)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
     return fig

@@ -38,6 +38,11 @@ __all__ = [
     "to_float",
     "to_exact",
     "gradient_at",
+    "layernorm_statistics",
+    "layernorm_rows",
+    "layernorm_partials_general",
+    "GELU_CUBIC",
+    "gelu_expression",
 ]
 
 
@@ -385,3 +390,110 @@ def to_exact(M):
     if M.ndim != 2:
         raise ValueError(f"to_exact takes a scalar, a vector or a matrix, got shape {M.shape}")
     return sp.Matrix(M.shape[0], M.shape[1], lambda i, j: sp.Rational(float(M[i, j])))
+
+
+# --- Chapter 5: LayerNorm and GELU ----------------------------------------------------
+
+
+def layernorm_statistics(x):
+    """Return ``(mu, var)`` of the row ``x`` (a 1 x n Matrix): mean and biased variance.
+
+    Both are explicit sums over the ``n`` entries; the variance divides by ``n``.
+
+    >>> mu, var = layernorm_statistics(sp.Matrix([[1, 2, 6]]))
+    >>> mu, var
+    (3, 14/3)
+    """
+    _require(x.rows == 1, f"layernorm_statistics takes one row, got shape {x.shape}")
+    n = x.cols
+    mu = sp.Add(*x) / n
+    var = sp.Add(*[(x_a - mu) ** 2 for x_a in x]) / n
+    return mu, var
+
+
+def layernorm_rows(X, gamma, beta, eps):
+    """Return ``Y`` with ``Y_ia = gamma_a (X_ia - mu_i) / sqrt(var_i + eps) + beta_a``.
+
+    ``mu_i`` and ``var_i`` are :func:`layernorm_statistics` of row ``i`` of ``X``;
+    ``gamma`` and ``beta`` are 1 x D Matrices (or sequences of D entries).
+
+    >>> x = matrix("x", 1, 3)
+    >>> c = sp.Symbol("c", real=True)
+    >>> Y = layernorm_rows(x, [1, 1, 1], [0, 0, 0], sp.Symbol("epsilon", positive=True))
+    >>> vanishes(layernorm_rows(x + c * sp.ones(1, 3), [1, 1, 1], [0, 0, 0],
+    ...                         sp.Symbol("epsilon", positive=True)) - Y)  # a shift
+    True
+    """
+    gamma, beta = list(gamma), list(beta)
+    _require(len(gamma) == X.cols and len(beta) == X.cols,
+             f"gamma and beta need {X.cols} entries, got {len(gamma)} and {len(beta)}")
+    rows = []
+    for i in range(X.rows):
+        mu, var = layernorm_statistics(X[i, :])
+        s = sp.sqrt(var + eps)
+        rows.append([gamma[a] * (X[i, a] - mu) / s + beta[a] for a in range(X.cols)])
+    return sp.Matrix(rows)
+
+
+def _split_sums(expr):
+    """Distribute each ``Sum`` over its terms; pull out factors free of its index."""
+    def split(s):
+        (k, lo, hi), = s.limits
+        terms = []
+        for term in sp.Add.make_args(sp.expand(s.function)):
+            free, dependent = term.as_independent(k, as_Add=False)
+            summed = hi - lo + 1 if dependent == 1 else sp.Sum(dependent, (k, lo, hi))
+            terms.append(free * summed)
+        return sp.Add(*terms)
+
+    previous = None
+    while previous != expr:
+        previous = expr
+        expr = sp.expand(expr.replace(lambda e: isinstance(e, sp.Sum), split))
+    return expr
+
+
+def layernorm_partials_general():
+    """Return the derivatives of a row's mean and variance for a symbolic length ``n``.
+
+    With ``x`` an IndexedBase, ``mu = sum_k x_k / n`` and
+    ``var = sum_k (x_k - mu)^2 / n`` (biased), sympy differentiates both with respect
+    to ``x_j`` (``1 <= j <= n``). Returns a dict with ``x, j, n, mu, var`` and the
+    derivatives ``dmu``, ``dvar``, their sums distributed term by term.
+
+    >>> p = layernorm_partials_general()
+    >>> p["dmu"], sp.simplify(p["dvar"] - 2 * (p["x"][p["j"]] - p["mu"]) / p["n"])
+    (1/n, 0)
+    """
+    x = sp.IndexedBase("x", real=True)
+    j, k = sp.symbols("j k", integer=True, positive=True)
+    n = sp.Symbol("n", integer=True, positive=True)
+    mu = sp.Sum(x[k], (k, 1, n)) / n
+    var = sp.Sum((x[k] - mu) ** 2, (k, 1, n)) / n
+
+    def d_dx_j(expr):  # d/dx_j for 1 <= j <= n
+        return _split_sums(sp.refine(sp.diff(expr, x[j]).doit(), sp.Q.le(j, n)))
+
+    return {"x": x, "j": j, "n": n, "mu": mu, "var": var,
+            "dmu": d_dx_j(mu), "dvar": d_dx_j(var)}
+
+
+GELU_CUBIC = sp.Rational(44715, 10**6)  # the tanh form's coefficient of x^3
+
+
+def gelu_expression(x, *, approximate=False, cubic=GELU_CUBIC):
+    """Return GELU of the sympy expression ``x``: ``x Phi(x)``, or the tanh form.
+
+    ``Phi(x) = (1 + erf(x / sqrt 2)) / 2``; the tanh form is
+    ``x/2 (1 + tanh(sqrt(2/pi) (x + cubic x^3)))``, ``cubic = 0.044715`` as a rational.
+
+    >>> x = sp.Symbol("x", real=True)
+    >>> gelu_expression(x)
+    x*(erf(sqrt(2)*x/2) + 1)/2
+    >>> sp.limit(gelu_expression(x, approximate=True) / x, x, 0)
+    1/2
+    """
+    if approximate:
+        u = sp.sqrt(2 / sp.pi) * (x + cubic * x**3)
+        return x * (1 + sp.tanh(u)) / 2
+    return x * (1 + sp.erf(x / sp.sqrt(2))) / 2

@@ -10,10 +10,14 @@ pairs, :func:`table` prints them.
 """
 
 from . import attention, embedding, head, linear, loss, multihead, positions, softmax
+from . import model
+from . import block, gelu, layernorm
 from ._registry import Check, Fault, table, verdicts
 
 __all__ = [
     "Fault", "Check", "verdicts", "table",
     "attention", "embedding", "head", "linear", "loss",
     "multihead", "positions", "softmax",
+    "model",
+    "layernorm", "gelu", "block",
 ]

@@ -6,5 +6,7 @@ keys of ``params`` and ``dx`` the shape of ``x`` (``None`` for integer token ids
 """
 
 from . import attention, embedding, head, linear, multihead, positions
+from . import block, gelu, layernorm, mlp
 
-__all__ = ["attention", "embedding", "head", "linear", "multihead", "positions"]
+__all__ = ["attention", "embedding", "head", "linear", "multihead", "positions",
+           "layernorm", "gelu", "mlp", "block"]

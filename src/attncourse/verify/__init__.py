@@ -14,8 +14,9 @@ from .gradients import (STEPS, TOLERANCE, GradcheckReport, compare, gradcheck, l
 from .properties import assert_convex_hull, assert_rows_sum_to_one, assert_rows_sum_to_zero, assert_transposed_scores
 from .prefix import PREFIX_TOLERANCE, PrefixReport, assert_prefix_interface, prefix_report
 from .conformance import causal_failures, padding_failures
-from .exercises import (check_attention_mask, check_causal_attention, check_cross_entropy, check_embedding_backward,
-                        check_one_hot, check_softmax_jacobian)
+from .exercises import (check_attention_mask, check_block_residual, check_causal_attention, check_cross_entropy,
+                        check_embedding_backward, check_layernorm_backward, check_one_hot, check_parameter_count,
+                        check_softmax_jacobian)
 
 __all__ = [
     "CheckFailed",
@@ -25,5 +26,6 @@ __all__ = [
     "PREFIX_TOLERANCE", "PrefixReport", "assert_prefix_interface", "prefix_report",
     "causal_failures", "padding_failures",
     "check_attention_mask", "check_causal_attention", "check_cross_entropy", "check_embedding_backward",
-    "check_one_hot", "check_softmax_jacobian",
+    "check_one_hot", "check_softmax_jacobian", "check_layernorm_backward", "check_block_residual",
+    "check_parameter_count",
 ]

@@ -10,12 +10,16 @@ raised by ``fn`` becomes a :class:`CheckFailed` naming the property being checke
 The prefix ``check_`` is reserved for these checkers.
 """
 
+import dataclasses
 import math
 
 import numpy as np
 
+from ..cost import model_parameter_count
 from ..layers.attention import attention_scores, causal_mask, key_valid_from_lengths
 from ..layers.embedding import one_hot
+from ..layers.layernorm import layernorm_forward
+from ..model import ModelConfig
 from ..softmax import softmax, softmax_jacobian
 from .failed import CheckFailed
 from .gradients import TOLERANCE, numerical_gradient, numerical_jacobian
@@ -29,6 +33,9 @@ __all__ = [
     "check_cross_entropy",
     "check_causal_attention",
     "check_attention_mask",
+    "check_layernorm_backward",
+    "check_block_residual",
+    "check_parameter_count",
 ]
 
 
@@ -538,3 +545,253 @@ def check_attention_mask(mask_fn, seed=0):
                               f"query {q} of sequence {b} may not read real key {k}" + batch,
                               "hide only future keys and padded keys, nothing else")
     return "check_attention_mask: all 5 properties hold"
+
+
+# --- Chapter 5 ------------------------------------------------------------------------
+
+def _layernorm_case(rng, eps):
+    """A LayerNorm input ``X (2, 3, 5)`` (rows of unequal scales) and its forward."""
+    X = rng.normal(size=(2, 3, 5)) * rng.uniform(0.5, 2.0, size=(2, 3, 1)) + 0.7
+    gamma = rng.uniform(0.5, 1.5, size=5) * rng.choice([-1.0, 1.0], size=5)
+    params = {"gamma": gamma, "beta": rng.normal(size=5)}
+    _, saved = layernorm_forward(params, X, eps=eps)
+    return params, X, saved
+
+
+def check_layernorm_backward(fn, seed=0):
+    """Check a learner's LayerNorm backward ``fn(dY, x_hat, inv_std, gamma) -> dX``.
+
+    ``x_hat (..., D)`` and ``inv_std (..., 1)`` are what the forward pass saved,
+    ``gamma (D,)`` the gain. Properties, in order: **shape** (``dX`` has the shape of
+    ``dY``, also with batch axes); **rows of dX sum to zero** (the mean path: shifting a
+    row leaves ``y`` unchanged); **dX orthogonal to x_hat** (the variance path: with
+    ``eps = 0`` scaling a row leaves ``y`` unchanged), both to rounding error, with
+    ``eps = 0``; **matches central differences of LayerNorm** (``eps = 1e-5``, every
+    coordinate of ``X``, tolerance ``1e-7``).
+
+    Raises :class:`CheckFailed` naming the first failed property; re-raises
+    ``NotImplementedError``. Returns the properties checked.
+
+    >>> def compact(dY, x_hat, inv_std, gamma):
+    ...     g = dY * gamma
+    ...     mean_g = g.mean(axis=-1, keepdims=True)
+    ...     mean_gx = (g * x_hat).mean(axis=-1, keepdims=True)
+    ...     return (g - mean_g - x_hat * mean_gx) * inv_std
+    >>> check_layernorm_backward(compact)[-1]
+    'matches central differences of LayerNorm'
+    >>> def no_mean(dY, x_hat, inv_std, gamma):
+    ...     g = dY * gamma
+    ...     return (g - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)) * inv_std
+    >>> check_layernorm_backward(no_mean)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncourse.verify.failed.CheckFailed: rows of dX sum to zero: ...
+    """
+    rng = np.random.default_rng(seed)
+    params, X, saved = _layernorm_case(rng, eps=0.0)
+    dY = rng.normal(size=X.shape)
+    args = (dY.copy(), saved["x_hat"].copy(), saved["inv_std"].copy(),
+            params["gamma"].copy())
+    dX = _array(_call(fn, "shape", *args), "shape", np.float64)
+    if dX.shape != dY.shape:
+        raise CheckFailed("shape",
+                          f"expected the shape of dY, {dY.shape}, got {dX.shape}",
+                          "dX has the shape of X and dY; means run over the last axis")
+    scale = 1e-12 * (1.0 + float(np.max(np.abs(dX))))  # rounding of a sum of D terms
+    sums = dX.sum(axis=-1)
+    if not np.all(np.abs(sums) <= scale):
+        raise CheckFailed("rows of dX sum to zero",
+                          f"the largest row sum is {float(np.max(np.abs(sums))):.2e}",
+                          "subtract the row mean of g = dY * gamma: the mean path")
+    along = np.sum(dX * saved["x_hat"], axis=-1)
+    if not np.all(np.abs(along) <= scale):
+        raise CheckFailed("dX orthogonal to x_hat",
+                          f"with eps = 0, the largest x_hat . dX over a row is "
+                          f"{float(np.max(np.abs(along))):.2e}",
+                          "subtract x_hat * mean(g * x_hat): the variance path")
+    params, X, saved = _layernorm_case(rng, eps=1e-5)
+    dY = rng.normal(size=X.shape)
+    args = (dY.copy(), saved["x_hat"].copy(), saved["inv_std"].copy(),
+            params["gamma"].copy())
+    dX = _array(_call(fn, "matches central differences of LayerNorm", *args),
+                "matches central differences of LayerNorm", np.float64)
+    def J(X):
+        return float(np.sum(layernorm_forward(params, X, eps=1e-5)[0] * dY))
+
+    numeric = numerical_gradient(J, X, 1e-5)
+    err = float(np.max(np.abs(dX - numeric))) if dX.shape == X.shape else math.inf
+    if not err < TOLERANCE:
+        raise CheckFailed("matches central differences of LayerNorm",
+                          f"eps = 1e-5: max |error| = {err:.1e} >= {TOLERANCE:.0e}",
+                          "g = dY * gamma (the gain first); multiply by inv_std last")
+    return ("shape", "rows of dX sum to zero", "dX orthogonal to x_hat",
+            "matches central differences of LayerNorm")
+
+
+def check_block_residual(fn, seed=0):
+    """Check a learner's ``fn(dY, d_sublayer) -> dX``, the backward of ``y = x + f(x)``.
+
+    ``d_sublayer`` is ``f``'s backward pass applied to ``dY`` (the sublayer path); the
+    identity path carries ``dY`` to ``x`` unchanged, so ``dX = dY + d_sublayer``, each
+    path added once. Properties, in order: **shape**; **the identity path is added**
+    (``fn(dY, 0)`` is not zero); **the identity path is added once**
+    (``fn(dY, 0) = dY``); **the sublayer path is added** (``fn(0, d) = d``); **matches
+    central differences of y = x + f(x)** (``f(x) = tanh(x W)``, every coordinate of
+    ``x``, tolerance ``1e-7``).
+
+    Raises :class:`CheckFailed` naming the first failed property; re-raises
+    ``NotImplementedError``. Returns the properties checked.
+
+    >>> check_block_residual(lambda dY, d_sublayer: dY + d_sublayer)[-1]
+    'matches central differences of y = x + f(x)'
+    >>> check_block_residual(lambda dY, d_sublayer: d_sublayer)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncourse.verify.failed.CheckFailed: the identity path is added: ...
+    """
+    rng = np.random.default_rng(seed)
+    T, D = 4, 3
+    x, W, dY = rng.normal(size=(T, D)), rng.normal(size=(D, D)), rng.normal(size=(T, D))
+    F = np.tanh(x @ W)  # (T, D) x (D, D) -> (T, D)
+    d_sublayer = ((1.0 - F * F) * dY) @ W.T  # (T, D) x (D, D) -> (T, D)
+    dX = _array(_call(fn, "shape", dY.copy(), d_sublayer.copy()), "shape", np.float64)
+    if dX.shape != (T, D):
+        raise CheckFailed("shape", f"expected the shape of x, {(T, D)}, got {dX.shape}",
+                          "dX = dY + d_sublayer, elementwise")
+    zeros = np.zeros((T, D))
+    identity = _array(_call(fn, "the identity path is added", dY.copy(), zeros.copy()),
+                      "the identity path is added", np.float64)
+    if identity.shape == (T, D) and np.allclose(identity, 0.0, rtol=0, atol=1e-15):
+        raise CheckFailed("the identity path is added",
+                          "fn(dY, 0) is zero: only the sublayer path reaches x",
+                          "add dY: the identity path of y = x + f(x) carries it as is")
+    once = identity.shape == (T, D) and np.allclose(identity, dY, rtol=1e-12,
+                                                    atol=1e-15)
+    if not once:
+        twice = identity.shape == (T, D) and np.allclose(identity, 2 * dY, rtol=1e-12)
+        detail = "fn(dY, 0) is 2 dY: the identity path is counted twice" if twice else (
+            "fn(dY, 0) differs from dY")
+        raise CheckFailed("the identity path is added once", detail,
+                          "add dY exactly once: dX = dY + d_sublayer")
+    sub = _call(fn, "the sublayer path is added", zeros.copy(), d_sublayer.copy())
+    sub = _array(sub, "the sublayer path is added", np.float64)
+    kept = sub.shape == (T, D) and np.allclose(sub, d_sublayer, rtol=1e-12, atol=1e-15)
+    if not kept:
+        raise CheckFailed("the sublayer path is added",
+                          "fn(0, d_sublayer) differs from d_sublayer",
+                          "add d_sublayer, the gradient through f: dY + d_sublayer")
+
+    def J(x):
+        return float(np.sum((x + np.tanh(x @ W)) * dY))  # (T, D) x (D, D) -> (T, D)
+
+    numeric = numerical_gradient(J, x, 1e-5)
+    err = float(np.max(np.abs(dX - numeric)))
+    if not err < TOLERANCE:
+        raise CheckFailed("matches central differences of y = x + f(x)",
+                          f"max |error| = {err:.1e} >= {TOLERANCE:.0e}",
+                          "sum the two paths and nothing else: dX = dY + d_sublayer")
+    return ("shape", "the identity path is added", "the identity path is added once",
+            "the sublayer path is added", "matches central differences of y = x + f(x)")
+
+
+# --- Chapter 6 ------------------------------------------------------------------------
+
+PARAMETER_COUNT_PROPERTIES = (
+    "a whole number", "the position table", "the token table and the unembedding",
+    "tied: one table", "independent of the number of heads", "one block",
+    "the MLP width", "the total")
+
+
+def check_parameter_count(fn):
+    """Check a learner's ``fn(config) -> int``, the number of parameters of a model.
+
+    ``config`` is an :class:`attncourse.model.ModelConfig`. The checker changes one size
+    at a time and compares what the count grows by with what that size adds: ``D`` per
+    position, a table row per token (two untied, one tied), nothing per head (``H d =
+    D``), one block per layer, ``2 D^2 + D`` per unit of ``ratio`` in each block, and
+    then the total. Returns the names of the properties checked.
+
+    >>> check_parameter_count(model_parameter_count)[-1]
+    'the total'
+    >>> def no_positions(config):
+    ...     return model_parameter_count(config) - config.T_max * config.D
+    >>> check_parameter_count(no_positions)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    attncourse.verify.failed.CheckFailed: the position table: ... by 0, not D = 6 ...
+    """
+    base = ModelConfig(n_vocab=11, T_max=9, D=6, heads=3, layers=3, ratio=4)
+    D, L, F = base.D, base.layers, base.ratio * base.D
+
+    def count(property, config):
+        value = _call(fn, property, config)
+        whole = isinstance(value, (int, np.integer))
+        if isinstance(value, (bool, np.bool_)) or not whole:
+            raise CheckFailed("a whole number",
+                              f"fn returned {value!r} ({type(value).__name__})",
+                              "return an int: every size is a whole number (no "
+                              "division, no float factors)")
+        return int(value)
+
+    def grows(property, change):
+        changed = dataclasses.replace(base, **change)
+        return count(property, changed) - count(property, base)
+
+    count("a whole number", base)
+    step = grows("the position table", {"T_max": base.T_max + 1})
+    if step != D:
+        raise CheckFailed("the position table",
+                          f"one more position (T_max 9 -> 10) grew by {step}, "
+                          f"not D = {D}",
+                          "add the learned positions P, a (T_max, D) table")
+    step = grows("the token table and the unembedding", {"n_vocab": base.n_vocab + 1})
+    if step != 2 * D:
+        fix = ("add the unembedding U (D, n_vocab) of an untied model" if step == D else
+               "count E (n_vocab, D) and, untied, U (D, n_vocab)")
+        raise CheckFailed("the token table and the unembedding",
+                          f"untied, one more token grew by {step}, "
+                          f"not 2 D = {2 * D}", fix)
+    tied = dataclasses.replace(base, tied=True)
+    more = dataclasses.replace(tied, n_vocab=base.n_vocab + 1)
+    step = count("tied: one table", more) - count("tied: one table", tied)
+    if step != D:
+        fix = ("count E once: tied, the unembedding is E^T, not a table of its own"
+               if step == 2 * D else "tied, E (n_vocab, D) is the only table of tokens")
+        raise CheckFailed("tied: one table",
+                          f"tied, one more token grew by {step}, not D = {D}", fix)
+    for heads in (1, 2, 6):
+        step = grows("independent of the number of heads", {"heads": heads})
+        if step != 0:
+            raise CheckFailed(
+                "independent of the number of heads",
+                f"heads 3 -> {heads} changed the count by {step}",
+                "W_Q, W_K, W_V are (D, H d) and W_O (H r, D) with H d = H r = D: "
+                "count D x D for each, whatever the number of heads")
+    block = 4 * D * D + (2 * F * D + F + D) + 4 * D
+    step = grows("one block", {"layers": L + 1})
+    if step != block:
+        missing = {F + D: "the MLP biases (F = ratio D for up, D for down)",
+                   4 * D: "the two LayerNorms of each block (gamma and beta: 2 D each)",
+                   2 * D: "one of the two LayerNorms of each block (2 D)",
+                   D * D: "one of the four attention projections (W_O?)"}
+        if block - step in missing:
+            fix = "add " + missing[block - step]
+        else:
+            fix = "attention 4 D^2, MLP 2 F D + F + D, LayerNorms 4 D"
+        raise CheckFailed("one block", f"one more block (layers 3 -> 4) grew by "
+                          f"{step}, not {block}", fix)
+    step = grows("the MLP width", {"ratio": base.ratio + 1})
+    if step != L * (2 * D * D + D):
+        raise CheckFailed("the MLP width",
+                          f"ratio 4 -> 5 grew by {step}, not L (2 D^2 + D) = "
+                          f"{L * (2 * D * D + D)}",
+                          "the MLP is D -> F -> D with F = ratio D: use config.ratio")
+    want, got = model_parameter_count(base), count("the total", base)
+    if got != want:
+        if want - got == 2 * D:
+            fix = "add the final LayerNorm (gamma and beta, 2 D)"
+        else:
+            fix = ("count the embeddings, positions, L blocks, the final LayerNorm "
+                   "and the unembedding")
+        raise CheckFailed("the total", f"expected {want} parameters, got {got}", fix)
+    return PARAMETER_COUNT_PROPERTIES

@@ -1,0 +1,401 @@
+"""The whole model: embeddings, positions, L pre-norm blocks, a final norm, the logits.
+
+Composed from the layer pairs only; no layer is written twice::
+
+    X_0 = E[ids] + P[:T]                 embedding, positions       (..., T, D)
+    X_l = block_l(X_{l-1}), l = 1 .. L   pre-norm blocks (causal)   (..., T, D)
+    H   = LN_f(X_L)                      final layer norm           (..., T, D)
+    Z   = H U   (or Z = H E^T if tied)   unembedding (linear)       (..., T, n_vocab)
+
+and the loss is the mean next-token cross-entropy of :mod:`attncourse.loss`.
+``saved`` holds each layer's own ``saved`` dict; :func:`model_backward` walks them in
+reverse. With ``tied=True`` the token table ``E`` is used twice, as the lookup and as
+the unembedding ``U = E^T``: its gradient is the **sum** of the two uses.
+
+Parameters nest by layer (no ``"unembed"`` when tied)::
+
+    {"embed": {"E"}, "pos": {"P"}, "blocks": [block params, ...], "ln_f": {...},
+     "unembed": {"W"}}
+
+**Initialisation** (:func:`init_model`, GPT-2's scheme): every weight matrix is drawn
+from ``N(0, std^2)`` with ``std = 0.02``; LayerNorm gains are 1 and shifts 0; biases
+are 0. The two projections that write into the residual stream, ``attn.W_O`` and
+``mlp.down.W``, are further scaled by ``1/sqrt(2 L)``. Why: the stream after ``L``
+blocks is ``X_0`` plus ``2 L`` branch outputs (an attention and an MLP per block). By
+Chapter 3's variance argument, a sum of independent terms has the sum of their
+variances, so with equal branches the variance added to the stream grows like ``2 L``;
+dividing each branch's last projection by ``sqrt(2 L)`` divides its variance by ``2 L``
+and keeps the total added variance independent of the depth.
+
+>>> config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2, ratio=2)
+>>> params = init_model(config)
+>>> ids = np.array([[1, 2, 3], [0, 6, 5]])
+>>> logits, saved = model_forward(params, ids, config=config)
+>>> logits.shape, count_parameters(params)
+((2, 3, 7), 400)
+"""
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validate import as_float_array, require_params, require_sizes
+from .layers.block import block_backward, block_forward, init_block
+from .layers.embedding import embedding_backward, embedding_forward
+from .layers.layernorm import init_layernorm, layernorm_backward, layernorm_forward
+from .layers.linear import linear_backward, linear_forward
+from .layers.positions import positions_backward, positions_forward
+from .loss import cross_entropy_backward, cross_entropy_forward
+from .params import flatten_params, unflatten_params
+from .text import validate_ids
+
+__all__ = [
+    "ModelConfig",
+    "init_model",
+    "model_forward",
+    "model_backward",
+    "model_loss",
+    "count_parameters",
+    "save_model",
+    "load_model",
+]
+
+RESIDUAL_PROJECTIONS = ("attn.W_O", "mlp.down.W")
+"""The weights (dotted paths inside a block) whose output is added to the stream."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The sizes and switches of a model; validated on construction.
+
+    ``n_vocab`` tokens, at most ``T_max`` positions, width ``D``, ``heads`` heads of
+    width ``d = D // heads``, ``layers`` blocks, an MLP of width ``ratio * D``;
+    ``tied`` uses ``E^T`` as the unembedding; ``eps`` is every LayerNorm's; the MLP uses
+    the tanh form of GELU when ``approximate_gelu`` (GPT-2's convention).
+
+    >>> ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2).d
+    2
+    >>> ModelConfig(n_vocab=7, T_max=6, D=6, heads=4, layers=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: D=6 must be divisible by heads=4: each head gets D // heads features
+    """
+
+    n_vocab: int
+    T_max: int
+    D: int
+    heads: int
+    layers: int
+    ratio: int = 4
+    tied: bool = False
+    eps: float = 1e-5
+    approximate_gelu: bool = True
+
+    def __post_init__(self):
+        require_sizes(n_vocab=self.n_vocab, T_max=self.T_max, D=self.D,
+                      heads=self.heads, layers=self.layers, ratio=self.ratio)
+        for name in ("tied", "approximate_gelu"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(f"{name} must be True or False, got {value!r}")
+        eps = self.eps
+        if isinstance(eps, (bool, np.bool_)) or not isinstance(
+                eps, (int, float, np.integer, np.floating)):
+            raise ValueError(f"eps must be a positive number, got {eps!r}")
+        if not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+        if self.D % self.heads:
+            raise ValueError(f"D={self.D} must be divisible by heads={self.heads}: "
+                             "each head gets D // heads features")
+
+    @property
+    def d(self):
+        """The width of each head, ``D // heads``."""
+        return self.D // self.heads
+
+
+def _require_config(config):
+    if not isinstance(config, ModelConfig):
+        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
+
+
+def _redrawn(template, rng, std, residual_std):
+    """Return ``template`` with each weight matrix redrawn from ``N(0, std^2)``.
+
+    The residual projections get ``residual_std``; 1-D arrays (LayerNorm gains and
+    shifts, biases) keep the template's values (ones and zeros).
+    """
+    flat = {}
+    for path, value in flatten_params(template).items():
+        if value.ndim == 2:
+            scale = residual_std if path in RESIDUAL_PROJECTIONS else std
+            flat[path] = rng.normal(0.0, scale, size=value.shape)
+        else:
+            flat[path] = np.array(value, dtype=np.float64)
+    return unflatten_params(flat, template)
+
+
+def init_model(config, seed=0, *, std=0.02):
+    """Return the parameters of a fresh model, drawn from ``default_rng(seed)``.
+
+    Weights ``N(0, std^2)``, residual projections ``N(0, std^2 / (2 L))``, LayerNorm
+    ``gamma = 1``, ``beta = 0``, biases 0 (the module docstring says why).
+
+    >>> params = init_model(ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2,
+    ...                                 tied=True))
+    >>> sorted(params), len(params["blocks"]), sorted(params["blocks"][0])
+    (['blocks', 'embed', 'ln_f', 'pos'], 2, ['attn', 'ln1', 'ln2', 'mlp'])
+    """
+    _require_config(config)
+    if isinstance(std, (bool, np.bool_)) or not (
+            isinstance(std, (int, float, np.integer, np.floating))
+            and math.isfinite(std) and std > 0):
+        raise ValueError(f"std must be a finite number > 0, got {std!r}")
+    rng = np.random.default_rng(seed)
+    n_vocab, D, L = config.n_vocab, config.D, config.layers
+    # the structure (names, shapes, gains, biases) of a block; its weights are redrawn
+    template = init_block(np.random.default_rng(0), D, heads=config.heads,
+                          ratio=config.ratio)
+    residual_std = std / math.sqrt(2 * L)
+    params = {
+        "embed": {"E": rng.normal(0.0, std, size=(n_vocab, D))},
+        "pos": {"P": rng.normal(0.0, std, size=(config.T_max, D))},
+        "blocks": [_redrawn(template, rng, std, residual_std) for _ in range(L)],
+        "ln_f": init_layernorm(D),
+    }
+    if not config.tied:
+        params["unembed"] = {"W": rng.normal(0.0, std, size=(D, n_vocab))}
+    return params
+
+
+def count_parameters(params):
+    """Return the number of numbers in ``params`` (every array of the nesting).
+
+    >>> count_parameters({"embed": {"E": np.zeros((5, 3))},
+    ...                   "blocks": [{"b": np.zeros(2)}]})
+    17
+    """
+    return int(sum(np.size(value) for value in flatten_params(params).values()))
+
+
+def _check_params(params, config):
+    """Raise ``ValueError`` unless ``params`` has the layers and tables of a config."""
+    names = ("embed", "pos", "blocks", "ln_f") + (() if config.tied else ("unembed",))
+    require_params("model", params, names)
+    if config.tied and "unembed" in params:
+        raise ValueError("a tied model has no 'unembed' parameters: its logits use E^T")
+    blocks = params["blocks"]
+    if not isinstance(blocks, (list, tuple)) or len(blocks) != config.layers:
+        is_list = isinstance(blocks, (list, tuple))
+        got = len(blocks) if is_list else type(blocks).__name__
+        raise ValueError(f"params['blocks'] must be a list of config.layers="
+                         f"{config.layers} blocks, got {got}")
+    tables = [("E", params["embed"], "E", (config.n_vocab, config.D)),
+              ("P", params["pos"], "P", (config.T_max, config.D))]
+    if not config.tied:
+        tables.append(("U", params["unembed"], "W", (config.D, config.n_vocab)))
+    for label, layer, key, shape in tables:
+        require_params(label, layer, (key,))
+        if np.shape(layer[key]) != shape:
+            raise ValueError(f"{label} must have shape {shape} for this config, "
+                             f"got {np.shape(layer[key])}")
+
+
+def _check_inputs(ids, key_valid, config):
+    """Return ``ids`` (int64) and ``key_valid`` (or None), or raise ``ValueError``."""
+    ids = validate_ids(ids, config.n_vocab)
+    if ids.ndim < 1 or ids.shape[-1] == 0:
+        raise ValueError(f"ids must have shape (..., T) with T >= 1, "
+                         f"got shape {ids.shape}")
+    if ids.shape[-1] > config.T_max:
+        raise ValueError(f"ids have T={ids.shape[-1]} positions, more than "
+                         f"config.T_max={config.T_max}")
+    if key_valid is not None:
+        key_valid = np.asarray(key_valid)
+        if key_valid.dtype != np.bool_ or key_valid.shape != ids.shape:
+            raise ValueError(f"key_valid must be a boolean array of the shape of ids, "
+                             f"{ids.shape}, got {key_valid.dtype} of shape "
+                             f"{key_valid.shape}")
+    return ids, key_valid
+
+
+def _unembedding(params, tied):
+    """The linear layer's params: ``{"W": U}``, or ``{"W": E^T}`` when tied."""
+    if tied:
+        return {"W": as_float_array("E", params["embed"]["E"]).T}  # (D, n_vocab)
+    return params["unembed"]
+
+
+def _forward(params, ids, config, key_valid, add_positions):
+    """The forward pass with the positions step as an argument (a fault swaps it)."""
+    _require_config(config)
+    _check_params(params, config)
+    ids, key_valid = _check_inputs(ids, key_valid, config)
+    X, saved_embed = embedding_forward(params["embed"], ids)  # (..., T) -> (..., T, D)
+    X, saved_pos = add_positions(params["pos"], X)  # (..., T, D) + (T, D)
+    saved_blocks = []
+    for block in params["blocks"]:
+        X, saved_block = block_forward(block, X, heads=config.heads,
+                                       key_valid=key_valid, eps=config.eps,
+                                       approximate=config.approximate_gelu)
+        saved_blocks.append(saved_block)
+    H, saved_ln_f = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    unembed = _unembedding(params, config.tied)
+    Z, saved_unembed = linear_forward(unembed, H)  # (..., T, D) x (D, n) -> (..., T, n)
+    saved = {"embed": saved_embed, "pos": saved_pos, "blocks": saved_blocks,
+             "ln_f": saved_ln_f, "unembed": saved_unembed, "tied": config.tied}
+    return Z, saved
+
+
+def _add_tied(lookup, unembedding):
+    """The two uses of a tied ``E`` add: the lookup's gradient and the unembedding's."""
+    return lookup + unembedding
+
+
+def _backward(params, saved, dlogits, *, final_norm=layernorm_backward,
+              positions=positions_backward, tie=_add_tied):
+    """The backward pass with three steps as arguments (faults swap them)."""
+    tied = saved["tied"]
+    if tied == ("unembed" in params):
+        raise ValueError(f"params and saved disagree: the forward pass was "
+                         f"{'tied' if tied else 'untied'}, params "
+                         f"{'have' if 'unembed' in params else 'lack'} 'unembed'")
+    unembed = _unembedding(params, tied)
+    H = saved["unembed"]["X"]
+    dlogits = as_float_array("dlogits", dlogits)
+    want = H.shape[:-1] + (np.shape(unembed["W"])[1],)
+    if dlogits.shape != want:
+        raise ValueError(f"dlogits must have the shape of the logits, {want}, "
+                         f"got {dlogits.shape}")
+    d_unembed, dH = linear_backward(unembed, saved["unembed"], dlogits)
+    d_ln_f, dX = final_norm(params["ln_f"], saved["ln_f"], dH)
+    d_blocks = [None] * len(params["blocks"])
+    for i in reversed(range(len(params["blocks"]))):
+        d_blocks[i], dX = block_backward(params["blocks"][i], saved["blocks"][i], dX)
+    d_pos, dX = positions(params["pos"], saved["pos"], dX)
+    d_embed, _ = embedding_backward(params["embed"], saved["embed"], dX)
+    dparams = {"embed": d_embed, "pos": d_pos, "blocks": d_blocks, "ln_f": d_ln_f}
+    if tied:  # dW is dJ/d(E^T): transpose it back to E's shape, then add the uses
+        dparams["embed"] = {"E": tie(d_embed["E"], d_unembed["W"].T)}
+    else:
+        dparams["unembed"] = d_unembed
+    return dparams, None
+
+
+def model_forward(params, ids, *, config, key_valid=None):
+    """Return ``logits (..., T, n_vocab), saved`` for token ids ``(..., T)``.
+
+    ``key_valid`` (optional, boolean, the shape of ``ids``) marks the real tokens:
+    padded keys get weight exactly 0 in every head of every block. Attention is causal,
+    so the logits at ``t`` depend on ``ids[..., :t + 1]`` only.
+
+    >>> config = ModelConfig(n_vocab=5, T_max=4, D=4, heads=2, layers=1)
+    >>> model_forward(init_model(config), np.array([1, 2, 3, 4, 0]), config=config)
+    Traceback (most recent call last):
+    ...
+    ValueError: ids have T=5 positions, more than config.T_max=4
+    """
+    return _forward(params, ids, config, key_valid, positions_forward)
+
+
+def model_backward(params, saved, dlogits):
+    """Return ``dparams, None``: gradients nested like ``params`` (ids have none).
+
+    The layers' backward passes in reverse order; with tied weights ``dE`` is the sum
+    of the embedding's and the unembedding's gradients.
+
+    >>> config = ModelConfig(n_vocab=5, T_max=4, D=4, heads=2, layers=1, tied=True)
+    >>> params = init_model(config)
+    >>> logits, saved = model_forward(params, np.array([1, 2, 3]), config=config)
+    >>> dparams, dids = model_backward(params, saved, np.ones_like(logits))
+    >>> dparams["embed"]["E"].shape, "unembed" in dparams, dids
+    ((5, 4), False, None)
+    """
+    return _backward(params, saved, dlogits)
+
+
+def model_loss(params, ids, targets, *, config, key_valid=None):
+    """Return ``loss, grads``: the mean next-token cross-entropy and its gradients.
+
+    ``targets`` has the shape of ``ids`` (``targets[..., t]`` is the token that follows
+    ``ids[..., t]``). With ``key_valid`` the mean runs over the real positions only;
+    padded positions get zero gradient. ``grads`` nests like ``params``.
+
+    >>> config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2)
+    >>> ids = np.array([[1, 2, 3, 4], [0, 6, 5, 1]])
+    >>> params = init_model(config)
+    >>> loss, grads = model_loss(params, ids[:, :-1], ids[:, 1:], config=config)
+    >>> bool(abs(loss - np.log(7)) < 0.01), grads["unembed"]["W"].shape
+    (True, (4, 7))
+    """
+    logits, saved = model_forward(params, ids, config=config, key_valid=key_valid)
+    targets = np.asarray(targets)
+    if targets.shape != logits.shape[:-1]:
+        raise ValueError(f"targets must have the shape of ids, {logits.shape[:-1]}, "
+                         f"got {targets.shape}")
+    if key_valid is None:
+        real = np.ones(targets.shape, dtype=bool)
+    else:
+        real = np.asarray(key_valid)
+    loss, saved_loss = cross_entropy_forward({}, logits[real], targets=targets[real])
+    _, dZ = cross_entropy_backward({}, saved_loss, 1.0)  # (N_real, n_vocab)
+    dlogits = np.zeros_like(logits)
+    dlogits[real] = dZ  # padded positions take no part in the mean
+    grads, _ = model_backward(params, saved, dlogits)
+    return loss, grads
+
+
+CONFIG_KEY = "config"
+"""The name of the JSON string of the config inside a saved ``.npz`` file."""
+
+
+def save_model(path, params, config):
+    """Write ``params`` and ``config`` to one ``.npz`` file at exactly ``path``.
+
+    Each array is stored under its dotted path (``"blocks.0.attn.W_Q"``); the config as
+    a JSON string under ``"config"``. Nothing is pickled.
+    """
+    _require_config(config)
+    _check_params(params, config)
+    flat = {path_: np.asarray(value) for path_, value in flatten_params(params).items()}
+    fields = {name: value.item() if isinstance(value, np.generic) else value
+              for name, value in dataclasses.asdict(config).items()}  # JSON numbers
+    flat[CONFIG_KEY] = np.array(json.dumps(fields))
+    with open(path, "wb") as file:
+        np.savez(file, **flat)
+
+
+def load_model(path):
+    """Return ``params, config`` from a file written by :func:`save_model`.
+
+    Raises ``ValueError`` when the config is missing or does not validate, when an array
+    is missing or extra, or when an array has the wrong shape for the config. The file
+    is read with ``allow_pickle=False``.
+    """
+    with np.load(path, allow_pickle=False) as data:
+        stored = {name: data[name] for name in data.files}
+    if CONFIG_KEY not in stored:
+        raise ValueError(f"{path} holds no config (no {CONFIG_KEY!r} entry)")
+    try:
+        fields = json.loads(str(stored.pop(CONFIG_KEY)))
+        config = ModelConfig(**fields)
+    except (TypeError, json.JSONDecodeError) as e:
+        raise ValueError(
+            f"the config stored in {path} is not a ModelConfig: {e}") from e
+    like = init_model(config)  # the names and shapes this config needs
+    want = flatten_params(like)
+    missing, extra = sorted(set(want) - set(stored)), sorted(set(stored) - set(want))
+    if missing or extra:
+        raise ValueError(f"{path} does not match its config: missing {missing}, "
+                         f"extra {extra}")
+    for name, value in want.items():
+        if stored[name].shape != value.shape:
+            raise ValueError(f"{path}: {name} has shape {stored[name].shape}, "
+                             f"the config needs {value.shape}")
+        if stored[name].dtype.kind != "f":
+            raise ValueError(
+                f"{path}: {name} must hold floats, got {stored[name].dtype}")
+    return unflatten_params(stored, like), config
