@@ -767,3 +767,59 @@ def test_parameter_count_checker_passes_a_stub_through_and_names_other_exception
     error = failure(ex.check_parameter_count, lambda config: config.vocabulary)
     assert error.property == "a whole number"
     assert "raised AttributeError" in error.detail
+
+
+# --- check_tied_gradient -----------------------------------------------------------------------
+
+def _tied_loss(params, ids, targets, *, config, keep="both"):
+    import dataclasses
+
+    from attncourse.model import model_loss
+    untied = dataclasses.replace(config, tied=False)
+    as_untied = dict(params, unembed={"W": params["embed"]["E"].T})
+    loss, grads = model_loss(as_untied, ids, targets, config=untied)
+    dU = grads.pop("unembed")["W"]  # (D, n_vocab)
+    lookup = grads["embed"]["E"]
+    grads["embed"] = {"E": {"both": lookup + dU.T, "lookup": lookup, "unembedding": dU.T}[keep]}
+    return loss, grads
+
+
+def test_check_tied_gradient_accepts_the_reference():
+    from attncourse.verify.exercises import TIED_GRADIENT_PROPERTIES, check_tied_gradient
+    assert check_tied_gradient(_tied_loss) == TIED_GRADIENT_PROPERTIES
+    assert ac.verify.check_tied_gradient is check_tied_gradient
+
+
+@pytest.mark.parametrize("keep, fix", [("lookup", "add the unembedding's gradient"),
+                                       ("unembedding", "add the lookup's gradient")])
+def test_check_tied_gradient_rejects_one_use_only(keep, fix):
+    from attncourse.verify.exercises import check_tied_gradient
+    with pytest.raises(CheckFailed) as info:
+        check_tied_gradient(lambda *args, **kw: _tied_loss(*args, **kw, keep=keep))
+    assert info.value.property == "the tied table: both uses, added"
+    assert fix in info.value.fix
+
+
+def test_check_tied_gradient_rejects_a_leftover_unembed_and_a_wrong_loss():
+    from attncourse.verify.exercises import check_tied_gradient
+
+    def leftover(params, ids, targets, *, config):
+        loss, grads = _tied_loss(params, ids, targets, config=config)
+        return loss, dict(grads, unembed={"W": params["embed"]["E"].T})
+
+    with pytest.raises(CheckFailed) as info:
+        check_tied_gradient(leftover)
+    assert info.value.property == "the nesting of params"
+    with pytest.raises(CheckFailed) as info:
+        check_tied_gradient(lambda *a, **kw: (0.0, _tied_loss(*a, **kw)[1]))
+    assert info.value.property == "the tied loss"
+
+
+def test_check_tied_gradient_passes_not_implemented_through():
+    from attncourse.verify.exercises import check_tied_gradient
+
+    def stub(params, ids, targets, *, config):
+        raise NotImplementedError("your code here")
+
+    with pytest.raises(NotImplementedError):
+        check_tied_gradient(stub)

@@ -40,6 +40,7 @@ def test_init_shapes_and_defaults():
     assert params["mlp"]["up"]["W"].shape == (8, 32)  # ratio 4
     assert_allclose(params["ln1"]["gamma"], np.ones(8), rtol=0, atol=0)
     params = init_block(np.random.default_rng(0), 6, heads=4, d=2, r=5, ratio=3)
+    assert params["attn"]["W_Q"].shape == (6, 8)  # the given d = 2, not D // heads
     assert params["attn"]["W_V"].shape == (6, 20)
     assert params["attn"]["W_O"].shape == (20, 6)
     assert params["mlp"]["down"]["W"].shape == (18, 6)
@@ -158,12 +159,13 @@ def test_backward_gradients_have_the_nesting_of_the_parameters():
     (lambda p, X: block_forward({k: v for k, v in p.items() if k != "mlp"}, X, heads=2),
      r"block params lack \['mlp'\]"),
     (lambda p, X: block_forward(p, X[0, 0], heads=2),
-     r"X must be at least 2-D, got shape \(6,\)"),
+     r"^X must be at least 2-D, got shape \(6,\)"),
     (lambda p, X: block_forward(p, X[..., :5], heads=2),
      r"gamma must have one entry per feature of X: X has shape \(2, 5, 5\)"),
     (lambda p, X: block_forward(
         {**p, "attn": {**p["attn"], "W_O": p["attn"]["W_O"][:, :4]}}, X, heads=2),
-     r"the attention output must have the shape of X, \(2, 5, 6\), got \(2, 5, 4\)"),
+     r"the attention output must have the shape of X, \(2, 5, 6\), got \(2, 5, 4\): "
+     r"W_O must map back to D = 6$"),
     (lambda p, X: block_forward(p, X, heads=2, eps=-1.0),
      "eps must be a finite number >= 0"),
     (lambda p, X: block_forward(p, X, heads=2, key_valid=np.ones((2, 4), dtype=bool)),
@@ -173,5 +175,45 @@ def test_backward_gradients_have_the_nesting_of_the_parameters():
 ])
 def test_bad_input_is_named(call, message):
     params, X, _ = case(9)
+    with pytest.raises(ValueError, match=message):
+        call(params, X)
+
+
+def test_the_defaults_are_eps_1e_minus_5_and_the_exact_gelu():
+    params, X, H = case(10)
+    Y, _ = block_forward(params, X, heads=H)
+    Y_stated, _ = block_forward(params, X, heads=H, eps=1e-5, approximate=False)
+    assert_allclose(Y, Y_stated, rtol=0, atol=0)
+    for other in ({"eps": 1e-3}, {"approximate": True}):
+        assert np.max(np.abs(block_forward(params, X, heads=H, **other)[0] - Y)) > 1e-9
+
+
+def _mlp_to_width(p, width):
+    """The block's MLP with ``down`` mapping to ``width`` features instead of D."""
+    down = {"W": p["mlp"]["down"]["W"][:, :width], "b": p["mlp"]["down"]["b"][:width]}
+    return {**p, "mlp": {**p["mlp"], "down": down}}
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda p, X: init_block(np.random.default_rng(0), 0, heads=1),
+     r"^sizes must be positive integers: D=0 \(got D=0, heads=1, ratio=4\)"),
+    (lambda p, X: init_block(np.random.default_rng(0), 6, heads=2, ratio=0),
+     r"^sizes must be positive integers: ratio=0 \(got D=6, heads=2, ratio=0\)"),
+    (lambda p, X: init_block(np.random.default_rng(0), 6, heads=4, d=2),
+     "^D = 6 does not split into heads = 4 equal heads: give d and r"),
+    (lambda p, X: init_block(np.random.default_rng(0), 6, heads=4, r=2),
+     "^D = 6 does not split into heads = 4 equal heads: give d and r"),
+    (lambda p, X: block_forward(_mlp_to_width(p, 4), X, heads=2),
+     r"^the MLP output must have the shape of X, \(2, 5, 6\), got \(2, 5, 4\): "
+     r"down.W must map back to D = 6$"),
+    (lambda p, X: block_backward({k: v for k, v in p.items() if k != "mlp"},
+                                 block_forward(p, X, heads=2)[1], X),
+     r"^block params lack \['mlp'\]"),
+    (lambda p, X: block_backward(p, block_forward(p, X, heads=2)[1],
+                                 np.full(X.shape, "a")),
+     "^dY must be an array of numbers"),
+])
+def test_more_bad_input_is_named(call, message):
+    params, X, _ = case(11)
     with pytest.raises(ValueError, match=message):
         call(params, X)

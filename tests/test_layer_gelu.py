@@ -127,6 +127,10 @@ def test_the_pair_has_no_parameters():
      "approximate must be True or False, got 'tanh'"),
     (lambda: gelu(np.ones(2), approximate=1), "approximate must be True or False"),
     (lambda: gelu(np.array(["x"])), "x must be an array of numbers"),
+    (lambda: gelu_derivative(np.array(["x"])), "^x must be an array of numbers"),
+    (lambda: gelu_forward({}, np.array(["x"])), "^X must be an array of numbers"),
+    (lambda: gelu_backward({}, gelu_forward({}, np.ones(2))[1], np.array(["a", "b"])),
+     "^dY must be an array of numbers"),
     (lambda: gelu_backward({}, gelu_forward({}, np.ones((2, 3)))[1], np.ones(6)),
      r"dY must have the shape of Y \(and X\), \(2, 3\), got \(6,\)"),
 ])

@@ -236,7 +236,12 @@ def test_normalising_over_positions_is_consistent_but_breaks_the_row_invariance(
     (lambda: layernorm_forward(init_layernorm(3), np.ones((2, 3)), eps=True),
      "eps must be a non-negative number, got True"),
     (lambda: layernorm_forward(init_layernorm(3), np.array([["a", "b", "c"]])),
-     "X must be an array of numbers"),
+     "^X must be an array of numbers"),
+    (lambda: layernorm_forward({"gamma": np.ones(3), "beta": np.ones((1, 3))},
+                               np.ones(3)),
+     r"^beta must be 1-D, got shape \(1, 3\)"),
+    (lambda: layernorm_forward(init_layernorm(3), np.array(2.0)),
+     r"^X must be at least 1-D, got shape \(\)"),
 ])
 def test_bad_input_is_named(call, message):
     with pytest.raises(ValueError, match=message):
@@ -249,3 +254,21 @@ def test_a_wrong_upstream_gradient_shape_is_named():
     message = r"dY must have the shape of Y \(and X\), \(2, 5, 7\)"
     with pytest.raises(ValueError, match=message):
         layernorm_backward(params, saved, np.ones((2, 7, 5)))
+
+
+def test_a_non_numeric_upstream_gradient_is_named():
+    params, X, _ = case(17, shape=(2, 3))
+    _, saved = layernorm_forward(params, X)
+    with pytest.raises(ValueError, match="^dY must be an array of numbers"):
+        layernorm_backward(params, saved, np.full((2, 3), "a"))
+
+
+def test_the_default_eps_is_1e_minus_5():
+    params, X, _ = case(18, shape=(3, 4), spread=0.01)
+    Y, saved = layernorm_forward(params, X)
+    Y_stated, saved_stated = layernorm_forward(params, X, eps=1e-5)
+    assert_allclose(Y, Y_stated, rtol=0, atol=0)
+    assert_allclose(saved["inv_std"], saved_stated["inv_std"], rtol=0, atol=0)
+    # small rows: the default is far from 0 and from 1e-4 in its effect
+    assert np.min(np.abs(Y - layernorm_forward(params, X, eps=0.0)[0])) > 0
+    assert not np.allclose(Y, layernorm_forward(params, X, eps=1e-4)[0], rtol=1e-6)

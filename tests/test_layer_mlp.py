@@ -111,3 +111,35 @@ def test_other_bad_input_is_named():
     message = r"dY must have the shape of Y = X W, \(2, 4, 5\)"
     with pytest.raises(ValueError, match=message):
         mlp_backward(params, saved, np.ones((2, 4, 15)))
+
+
+def test_the_default_ratio_is_4():
+    params = init_mlp(np.random.default_rng(0), 3)
+    assert params["up"]["W"].shape == (3, 12) and params["down"]["W"].shape == (12, 3)
+
+
+def test_a_single_row_is_a_position_of_its_own():
+    params, X = case(8, shape=(4,))
+    Y, _ = mlp_forward(params, X)
+    Y_row, saved = mlp_forward(params, X[2])  # X (D,): one position, no leading axis
+    assert_allclose(Y_row, Y[2], rtol=1e-14, atol=1e-14)
+    dY = np.random.default_rng(80).normal(size=X.shape)
+    _, dX = mlp_backward(params, mlp_forward(params, X)[1], dY)
+    _, dX_row = mlp_backward(params, saved, dY[2])
+    assert_allclose(dX_row, dX[2], rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda p, X: init_mlp(np.random.default_rng(0), 0),
+     r"^sizes must be positive integers: D=0 \(got D=0, ratio=4\)"),
+    (lambda p, X: mlp_forward({"up": p["up"], "down": {"b": p["down"]["b"]}}, X),
+     r"^mlp down params lack \['W'\]"),
+    (lambda p, X: mlp_forward({**p, "down": {"W": p["down"]["W"][:, 0]}}, X),
+     r"^down.W must be 2-D, got shape \(15,\)"),
+    (lambda p, X: mlp_forward(p, np.full(X.shape, "a")), "^X must be an array of numbers"),
+    (lambda p, X: mlp_forward(p, np.array(1.0)), r"^X must be at least 1-D, got shape \(\)"),
+])
+def test_more_bad_input_is_named(call, message):
+    params, X = case(9)
+    with pytest.raises(ValueError, match=message):
+        call(params, X)

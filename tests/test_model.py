@@ -452,3 +452,101 @@ def test_save_checks_params_against_the_config_and_writes_exactly_that_path(tmp_
         save_model(tmp_path / "m.npz", params, dataclasses.replace(config, tied=True))
     save_model(tmp_path / "weights", params, config)  # no suffix appended
     assert [p.name for p in tmp_path.iterdir()] == ["weights"]
+
+
+def test_init_defaults_to_seed_0():
+    config = ModelConfig(**SMALL)
+    default, seeded = init_model(config), init_model(config, seed=0)
+    for name, value in flatten_params(default).items():
+        assert_array_equal(value, flatten_params(seeded)[name])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda c, p: model_forward(p, [1], config=dataclasses.replace(c, tied=True)),
+     r"^a tied model has no 'unembed' parameters: its logits use E\^T$"),
+    (lambda c, p: model_forward({**p, "blocks": dict(enumerate(p["blocks"]))}, [1],
+                                config=c),
+     r"^params\['blocks'\] must be a list of config.layers=2 blocks, got dict$"),
+    (lambda c, p: model_forward({**p, "pos": {"P": np.ones((5, 4))}}, [1], config=c),
+     r"^P must have shape \(6, 4\) for this config, got \(5, 4\)$"),
+    (lambda c, p: model_forward({**p, "unembed": {"W": np.ones((4, 6))}}, [1], config=c),
+     r"^U must have shape \(4, 7\) for this config, got \(4, 6\)$"),
+    (lambda c, p: model_forward({**p, "embed": {}}, [1], config=c),
+     r"^E params lack \['E'\]"),
+    (lambda c, p: model_forward(p, np.zeros(7, dtype=int), config=c),
+     r"^ids have T=7 positions, more than config.T_max=6$"),
+])
+def test_forward_names_each_table_and_count_exactly(call, message):
+    config = ModelConfig(**SMALL)
+    with pytest.raises(ValueError, match=message):
+        call(config, init_model(config))
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_backward_names_the_disagreement_and_non_numeric_dlogits(tied):
+    config = ModelConfig(**SMALL, tied=tied)
+    params = init_model(config)
+    logits, saved = model_forward(params, [1, 2, 3], config=config)
+    other = init_model(dataclasses.replace(config, tied=not tied))
+    message = (r"^params and saved disagree: the forward pass was tied, params have "
+               r"'unembed'$" if tied else
+               r"^params and saved disagree: the forward pass was untied, params lack "
+               r"'unembed'$")
+    with pytest.raises(ValueError, match=message):
+        model_backward(other, saved, np.ones_like(logits))
+    with pytest.raises(ValueError, match="^dlogits must be an array of numbers"):
+        model_backward(params, saved, np.full(logits.shape, "a"))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(heads=0),
+     r"^sizes must be positive integers: heads=0 \(got n_vocab=7, T_max=6, D=4, "
+     r"heads=0, layers=2, ratio=2\)$"),
+    (dict(D=6, heads=4),
+     r"^D=6 must be divisible by heads=4: each head gets D // heads features$"),
+])
+def test_config_messages_in_full(change, message):
+    with pytest.raises(ValueError, match=message):
+        ModelConfig(**{**SMALL, **change})
+
+
+def test_config_eps_reaches_every_layernorm():
+    config = ModelConfig(**SMALL, eps=0.5)  # large: each spread visibly changes
+    params, ids = spread_params(config), np.array([[1, 2, 3, 4, 5]])
+    _, saved = model_forward(params, ids, config=config)
+    norms = [saved["ln_f"]] + [s[n] for s in saved["blocks"] for n in ("ln1", "ln2")]
+    for norm in norms:
+        X = norm["X"]
+        expected = 1.0 / np.sqrt(np.var(X, axis=-1, keepdims=True) + 0.5)
+        assert_allclose(norm["inv_std"], expected, rtol=1e-13)
+
+
+def test_config_approximate_gelu_reaches_every_block():
+    config = ModelConfig(**SMALL)  # approximate_gelu=True by default
+    params, ids = spread_params(config), np.array([[1, 2, 3, 4, 5]])
+    tanh, saved = model_forward(params, ids, config=config)
+    assert all(s["mlp"]["gelu"]["approximate"] is True for s in saved["blocks"])
+    exact, saved = model_forward(
+        params, ids, config=dataclasses.replace(config, approximate_gelu=False))
+    assert all(s["mlp"]["gelu"]["approximate"] is False for s in saved["blocks"])
+    assert np.max(np.abs(tanh - exact)) > 1e-9
+
+
+def test_tied_backward_names_a_non_numeric_E():
+    config = ModelConfig(**SMALL, tied=True)
+    params = init_model(config)
+    logits, saved = model_forward(params, [1, 2, 3], config=config)
+    bad = {**params, "embed": {"E": np.full(params["embed"]["E"].shape, "a")}}
+    with pytest.raises(ValueError, match="^E must be an array of numbers"):
+        model_backward(bad, saved, np.ones_like(logits))
+
+
+def test_a_config_of_numpy_integers_saves_as_json_numbers(tmp_path):
+    config = ModelConfig(**{k: np.int64(v) for k, v in SMALL.items()})
+    params = init_model(config)
+    path = tmp_path / "model.npz"
+    save_model(path, params, config)
+    loaded, loaded_config = load_model(path)
+    assert loaded_config == config
+    with np.load(path, allow_pickle=False) as data:
+        assert json.loads(str(data["config"]))["n_vocab"] == 7

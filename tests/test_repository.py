@@ -79,3 +79,14 @@ def test_every_module_lists_names_it_defines(name):
     assert module.__all__, f"{name} has an empty __all__"
     missing = [n for n in module.__all__ if not hasattr(module, n)]
     assert missing == [], f"{name}.__all__ lists names it does not define: {missing}"
+
+
+def test_the_version_is_written_once_and_read_from_the_installed_metadata():
+    import tomllib
+
+    import attncourse
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert attncourse.__version__ == declared
+    source = (ROOT / "src" / "attncourse" / "__init__.py").read_text()
+    assert declared not in source  # not written a second time

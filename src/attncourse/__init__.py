@@ -7,6 +7,8 @@ submodules (``attncourse.layers.multihead``, ``attncourse.verify``, ``attncourse
 by the chapters that use them.
 """
 
+from importlib import metadata as _metadata
+
 from . import faults, layers, verify
 from .layers.attention import attention_backward, attention_forward, causal_attention, causal_mask
 from .layers.embedding import embedding_backward, embedding_forward, one_hot
@@ -20,7 +22,10 @@ from .softmax import logsumexp, softmax, softmax_backward
 from .text import build_vocab, decode, encode, make_corpus
 from .verify import CheckFailed, compare, gradcheck, layer_gradcheck
 
-__version__ = "0.1.0"
+try:  # the version is written once, in pyproject.toml
+    __version__ = _metadata.version("attncourse")
+except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "unknown"
 
 __all__ = [
     "softmax", "softmax_backward", "logsumexp",

@@ -88,8 +88,9 @@ def layernorm_forward_eps_outside(params, X, *, eps=1e-5):
     """FAULT: ``inv_std = 1 / (sqrt(var) + eps)`` in the forward pass.
 
     The backward pass assumes ``inv_std = 1 / sqrt(var + eps)``. The two agree when
-    ``eps = 0``; with ``eps > 0`` the backward's variance term is off
-    by a relative ``eps / sqrt(var)``.
+    ``eps = 0``; with ``eps > 0`` the forward's scale differs from the one the backward
+    assumes by a relative ``eps / (2 var) - eps / sqrt(var)`` to first order (zero at
+    ``sqrt(var) = 1/2``, larger for rows of small spread).
     """
     return _forward(params, X, eps, eps_outside=True)
 
@@ -122,7 +123,8 @@ def layernorm_backward_wrong_axis(params, saved, dY):
 def _case(eps):
     """A seeded LayerNorm: gamma, beta random; ``X (2, 5, 7)``, rows of spread ~0.3.
 
-    A small spread makes ``eps`` visible (``eps / sqrt(var)`` about ``3e-5``).
+    A small spread makes ``eps`` visible (``eps / (2 var) - eps / sqrt(var)`` about
+    ``2e-5`` at spread 0.3).
     """
     rng = np.random.default_rng(5)
     D = 7

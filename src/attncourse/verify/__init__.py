@@ -16,7 +16,7 @@ from .prefix import PREFIX_TOLERANCE, PrefixReport, assert_prefix_interface, pre
 from .conformance import causal_failures, padding_failures
 from .exercises import (check_attention_mask, check_block_residual, check_causal_attention, check_cross_entropy,
                         check_embedding_backward, check_layernorm_backward, check_one_hot, check_parameter_count,
-                        check_softmax_jacobian)
+                        check_softmax_jacobian, check_tied_gradient)
 
 __all__ = [
     "CheckFailed",
@@ -27,5 +27,5 @@ __all__ = [
     "causal_failures", "padding_failures",
     "check_attention_mask", "check_causal_attention", "check_cross_entropy", "check_embedding_backward",
     "check_one_hot", "check_softmax_jacobian", "check_layernorm_backward", "check_block_residual",
-    "check_parameter_count",
+    "check_parameter_count", "check_tied_gradient",
 ]

@@ -36,6 +36,7 @@ __all__ = [
     "check_layernorm_backward",
     "check_block_residual",
     "check_parameter_count",
+    "check_tied_gradient",
 ]
 
 
@@ -795,3 +796,102 @@ def check_parameter_count(fn):
                    "and the unembedding")
         raise CheckFailed("the total", f"expected {want} parameters, got {got}", fix)
     return PARAMETER_COUNT_PROPERTIES
+
+
+# --- Chapter 6: the tied table ---------------------------------------------------------------
+
+TIED_GRADIENT_PROPERTIES = (
+    "returns (loss, grads)", "the tied loss", "the nesting of params",
+    "every gradient but E", "the tied table: both uses, added")
+
+
+def _tied_case():
+    """A small tied model (non-square tables), moved off its initial point, and its data."""
+    from ..model import init_model
+    from ..params import flatten_params, unflatten_params
+
+    config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=1, ratio=3, tied=True)
+    start = init_model(config, seed=9, std=0.5)
+    rng = np.random.default_rng(6)
+    params = unflatten_params({path: W + 0.1 * rng.normal(size=W.shape)
+                               for path, W in flatten_params(start).items()}, start)
+    ids = np.random.default_rng(6).integers(0, config.n_vocab, size=(2, 4))
+    return config, params, ids[:, :-1], ids[:, 1:]
+
+
+def check_tied_gradient(fn):
+    """Check a learner's ``fn(params, ids, targets, *, config) -> (loss, grads)`` for a tied model.
+
+    ``config`` is a tied :class:`attncourse.model.ModelConfig` and ``grads`` must nest like
+    ``params`` (no ``unembed``). The checker compares the loss with the package's tied
+    loss, then every gradient with central differences of that loss on every coordinate
+    (:func:`~attncourse.verify.gradients.gradcheck`); a wrong ``embed.E`` is diagnosed as
+    the lookup's gradient alone or the unembedding's alone. Returns the names of the
+    properties checked.
+    """
+    from ..loss import cross_entropy
+    from ..model import model_forward, model_loss
+    from ..params import flatten_params, unflatten_params
+    from .gradients import gradcheck
+
+    config, params, ids, targets = _tied_case()
+    prop = "returns (loss, grads)"
+    result = _call(fn, prop, params, ids, targets, config=config)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise CheckFailed(prop, f"fn must return a pair (loss, grads), got "
+                          f"{type(result).__name__}", "return loss, grads as model_loss does")
+    loss, grads = result
+    reference, _ = model_loss(params, ids, targets, config=config)
+    loss = _array(loss, "the tied loss", dtype=np.float64)
+    if loss.shape != () or not math.isclose(float(loss), reference, rel_tol=1e-12):
+        raise CheckFailed("the tied loss", f"got {loss!r}, the tied model's loss is "
+                          f"{reference!r}", "run model_loss on the untied configuration "
+                          "with unembed W = E^T, shape (D, n_vocab): its loss is the tied loss")
+    prop = "the nesting of params"
+    flat = flatten_params(params)
+    try:
+        flat_grads = {name: _array(g, prop, dtype=np.float64)
+                      for name, g in flatten_params(grads).items()}
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CheckFailed(prop, f"grads could not be read as nested arrays ({e})",
+                          "return grads nested like params") from e
+    if set(flat_grads) != set(flat):
+        extra, missing = sorted(set(flat_grads) - set(flat)), sorted(set(flat) - set(flat_grads))
+        raise CheckFailed(prop, f"extra {extra}, missing {missing}",
+                          "fold the unembedding's gradient into embed.E and drop unembed; "
+                          "keep every other gradient")
+    for name, g in flat_grads.items():
+        if g.shape != flat[name].shape:
+            raise CheckFailed(prop, f"{name} has shape {g.shape}, the parameter "
+                              f"{flat[name].shape}", "transpose dU back to E's shape")
+
+    def J(**arrays):  # the tied loss
+        logits, _ = model_forward(unflatten_params(arrays, params), ids, config=config)
+        return cross_entropy(logits, targets)
+
+    report = gradcheck(J, flat, flat_grads)
+    worst = {}
+    for (name, _), error in report.errors.items():
+        worst[name] = max(worst.get(name, 0.0), error)
+    failing = sorted(name for name, error in worst.items() if not error < TOLERANCE)
+    others = [name for name in failing if name != "embed.E"]
+    if others:
+        raise CheckFailed("every gradient but E", f"{others} differ from central "
+                          f"differences (worst error {max(worst[n] for n in others):.1e})",
+                          "take these gradients from the untied model_loss unchanged")
+    if failing:
+        untied = dataclasses.replace(config, tied=False)
+        as_untied = dict(params, unembed={"W": params["embed"]["E"].T})
+        _, parts = model_loss(as_untied, ids, targets, config=untied)
+        lookup, unembedding = parts["embed"]["E"], parts["unembed"]["W"].T
+        dE = flat_grads["embed.E"]
+        if np.allclose(dE, lookup, rtol=1e-6, atol=1e-9):
+            fix = "add the unembedding's gradient: dE = dE_lookup + dU^T"
+        elif np.allclose(dE, unembedding, rtol=1e-6, atol=1e-9):
+            fix = "add the lookup's gradient: dE = dE_lookup + dU^T"
+        else:
+            fix = "E is used twice: dE = dE_lookup + dU^T, the two gradients added"
+        raise CheckFailed("the tied table: both uses, added",
+                          f"embed.E differs from central differences by up to "
+                          f"{worst['embed.E']:.1e}", fix)
+    return TIED_GRADIENT_PROPERTIES
