@@ -13,7 +13,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 from attncourse.layers.attention import key_valid_from_lengths
 from attncourse.loss import cross_entropy
 from attncourse.model import (ModelConfig, count_parameters, init_model, load_model,
-                              model_backward, model_forward, model_loss, save_model)
+                              model_backward, model_forward, model_loss, save_model,
+                              spread_params)
 from attncourse.params import flatten_params, unflatten_params
 from attncourse.verify.gradients import STEPS, TOLERANCE, layer_gradcheck
 from attncourse.verify.prefix import prefix_report
@@ -21,25 +22,6 @@ from attncourse.verify.prefix import prefix_report
 # n_vocab = 7, T = 5 < T_max = 6, D = 4, d = 2, MLP width F = 8: all different
 SMALL = dict(n_vocab=7, T_max=6, D=4, heads=2, layers=2, ratio=2)
 B, T = 2, 5
-
-
-def spread_params(config, seed=0):
-    """Parameters moved off ``init_model``'s values, so that every gradient path counts.
-
-    Weights ``N(0, 0.3^2)``, the tables ``E`` and ``P`` standard normal, gains
-    ``1 + N(0, 0.1^2)``, shifts and biases ``N(0, 0.1^2)``.
-    """
-    rng = np.random.default_rng(seed)
-    params = init_model(config, seed=seed, std=0.3)
-    flat = {}
-    for name, value in flatten_params(params).items():
-        if name in ("embed.E", "pos.P"):
-            flat[name] = rng.normal(size=value.shape)
-        elif value.ndim == 2:
-            flat[name] = value
-        else:
-            flat[name] = value + 0.1 * rng.normal(size=value.shape)
-    return unflatten_params(flat, params)
 
 
 def case(tied=False, seed=0):

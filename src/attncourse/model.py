@@ -61,6 +61,7 @@ __all__ = [
     "count_parameters",
     "save_model",
     "load_model",
+    "spread_params",
 ]
 
 RESIDUAL_PROJECTIONS = ("attn.W_O", "mlp.down.W")
@@ -399,3 +400,28 @@ def load_model(path):
             raise ValueError(
                 f"{path}: {name} must hold floats, got {stored[name].dtype}")
     return unflatten_params(stored, like), config
+
+
+def spread_params(config, seed=0, *, rng=None):
+    """Return parameters moved off :func:`init_model`'s values: a well-conditioned point for a gradient check.
+
+    At ``std = 0.02``, gains 1 and biases 0 many gradients are tiny and a missing term could
+    hide below the tolerance, so: weights ``N(0, 0.3^2)``, the tables ``E`` and ``P``
+    standard normal, gains ``1 + N(0, 0.1^2)``, shifts and biases ``N(0, 0.1^2)``, drawn
+    from ``rng`` (default ``np.random.default_rng(seed)``).
+
+    >>> config = ModelConfig(n_vocab=6, T_max=5, D=4, heads=2, layers=1, ratio=2)
+    >>> float(spread_params(config)["blocks"][0]["ln1"]["gamma"].std()) > 0
+    True
+    """
+    rng = np.random.default_rng(seed) if rng is None else rng
+    params = init_model(config, seed=seed, std=0.3)
+    flat = {}
+    for name, value in flatten_params(params).items():
+        if name in ("embed.E", "pos.P"):
+            flat[name] = rng.normal(size=value.shape)
+        elif value.ndim == 2:
+            flat[name] = value
+        else:
+            flat[name] = value + 0.1 * rng.normal(size=value.shape)
+    return unflatten_params(flat, params)

@@ -12,9 +12,8 @@ import numpy as np
 
 from ..layers.attention import key_valid_from_lengths
 from ..layers.positions import positions_forward
-from ..model import (ModelConfig, _backward, _forward, init_model, model_backward,
-                     model_forward)
-from ..params import flatten_params, unflatten_params
+from ..model import (ModelConfig, _backward, _forward, model_backward,
+                     model_forward, spread_params)
 from ..verify.failed import CheckFailed
 from ..verify.gradients import layer_gradcheck
 from ._registry import Check, Fault, require_close, require_gradcheck
@@ -99,29 +98,18 @@ SIZES = dict(n_vocab=6, T_max=5, D=4, heads=2, layers=1, ratio=2)
 
 
 def _case(tied):
-    """A small model moved off its initial values, and padded ids (sequence 0: 2 pads).
+    """A small model at :func:`attncourse.model.spread_params`, and padded ids (sequence 0: 2 pads).
 
-    At ``init_model``'s scale (``std = 0.02``, gains 1, biases 0) many gradients are
-    tiny and a missing term could hide below the tolerance, so: weights ``N(0, 0.3^2)``
-    (moderate attention scores), the tables ``E`` and ``P`` standard normal, gains
-    ``1 + N(0, 0.1^2)``, shifts and biases ``N(0, 0.1^2)``. Every row a LayerNorm sees
-    then has a spread above 0.5: a near-constant row makes LayerNorm so curved
-    that the step ``1e-5`` errs above the tolerance even for a correct gradient.
+    Every row a LayerNorm sees there has a spread above 0.5: a near-constant row makes
+    LayerNorm so curved that the step ``1e-5`` errs above the tolerance even for a
+    correct gradient.
     """
     config = ModelConfig(**SIZES, tied=tied)
     rng = np.random.default_rng(0)
-    params = init_model(config, seed=0, std=0.3)
-    flat = {}
-    for name, value in flatten_params(params).items():
-        if name in ("embed.E", "pos.P"):
-            flat[name] = rng.normal(size=value.shape)
-        elif value.ndim == 2:
-            flat[name] = value
-        else:
-            flat[name] = value + 0.1 * rng.normal(size=value.shape)
+    params = spread_params(config, seed=0, rng=rng)
     ids = rng.integers(0, config.n_vocab, size=(2, 4))
     key_valid = key_valid_from_lengths([2, 4], 4, side="left")
-    return config, unflatten_params(flat, params), ids, key_valid
+    return config, params, ids, key_valid
 
 
 def _gradcheck(pair, tied):
