@@ -86,6 +86,10 @@ def built_html():
     html = html_dir()
     with _build_lock(html):  # under pytest-xdist, the first worker builds and the others then find it
         if not _is_built(html):
+            if html == DEFAULT_HTML and "tools/execute.py" in readme_command("build-command"):
+                # the build command's first step: the chapters executed in parallel
+                subprocess.run([sys.executable, str(ROOT / "tools" / "execute.py")],
+                               cwd=ROOT, capture_output=True, text=True)
             jupyter_book = pathlib.Path(sys.executable).with_name("jupyter-book")
             args = [str(jupyter_book)] + _build_arguments()
             if html != DEFAULT_HTML:

@@ -823,3 +823,372 @@ def test_check_tied_gradient_passes_not_implemented_through():
 
     with pytest.raises(NotImplementedError):
         check_tied_gradient(stub)
+
+
+# --- check_top_k ----------------------------------------------------------------------
+
+def _top_k_reference(logits, k):
+    from attncourse.sample import probabilities
+    return probabilities(logits, top_k=k)
+
+
+def _top_k_not_renormalised(logits, k):
+    P = _top_k_reference(logits, k)
+    return np.where(P > 0, softmax(logits), 0.0)
+
+
+def _top_k_threshold(logits, k):  # keeps all tokens tied with the k-th: too many
+    kth = np.sort(logits, axis=-1)[..., -min(k, logits.shape[-1])][..., None]
+    z = np.where(logits >= kth, logits, -np.inf)
+    return softmax(z)
+
+
+def _top_k_smallest(logits, k):  # the k least probable instead of the k most
+    return _top_k_reference(-logits, k)
+
+
+def _top_k_uniform(logits, k):  # the right tokens, equal weights
+    kept = _top_k_reference(logits, k) > 0
+    return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def _top_k_in_place(logits, k):
+    P = _top_k_reference(logits, k)
+    logits[P == 0] = -np.inf  # changes the caller's logits
+    return P
+
+
+@pytest.mark.parametrize("fn, prop", [
+    (lambda logits, k: np.zeros_like(logits), "keeps exactly k"),
+    (_top_k_not_renormalised, "renormalised"),
+    (_top_k_threshold, "ties: the lowest token id"),
+    (_top_k_smallest, "the k most probable"),
+    (_top_k_uniform, "in proportion to the softmax"),
+    (_top_k_in_place, "input untouched"),
+    (lambda logits, k: _top_k_reference(logits, k)[:, :-1], "returns probabilities"),
+    (lambda logits, k: _top_k_reference(logits, k)[0], "returns probabilities"),
+    (lambda logits, k: _top_k_reference(logits, k) * np.nan, "returns probabilities"),
+    (lambda logits: logits, "returns probabilities"),  # the wrong signature
+], ids=["zeros", "not renormalised", "threshold", "smallest", "uniform", "in place",
+        "short rows", "one row", "nan", "one argument"])
+def test_check_top_k_names_the_failed_property(fn, prop):
+    from attncourse.verify.exercises import check_top_k
+    with pytest.raises(CheckFailed) as info:
+        check_top_k(fn)
+    assert info.value.property == prop
+    assert info.value.fix
+
+
+def test_check_top_k_accepts_the_reference_and_a_softmax_over_the_kept_logits():
+    from attncourse.verify.exercises import TOP_K_PROPERTIES, check_top_k
+
+    def learner(logits, k):  # another correct route: mask the logits, then softmax
+        order = np.argsort(-logits, axis=-1, kind="stable")
+        keep = np.zeros(logits.shape, dtype=bool)
+        np.put_along_axis(keep, order[..., :k], True, axis=-1)
+        return softmax(np.where(keep, logits, -np.inf))
+
+    assert check_top_k(_top_k_reference) == TOP_K_PROPERTIES
+    assert check_top_k(learner) == TOP_K_PROPERTIES
+    assert ac.verify.check_top_k is check_top_k
+
+
+def test_check_top_k_passes_not_implemented_through_and_holds_under_python_O():
+    from attncourse.verify.exercises import check_top_k
+
+    def stub(logits, k):
+        raise NotImplementedError("your code here")
+
+    with pytest.raises(NotImplementedError):
+        check_top_k(stub)
+    code = ("import numpy as np\n"
+            "from attncourse.verify import CheckFailed, check_top_k\n"
+            "try:\n"
+            "    check_top_k(lambda z, k: np.zeros_like(z))\n"
+            "except CheckFailed as e:\n"
+            "    print(e.property)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "keeps exactly k"
+
+
+# --- Chapter 7: check_adamw_step ------------------------------------------------------
+
+def _learner_adamw(params, grads, state, *, lr, betas, eps, weight_decay, mistake=None):
+    """A learner's AdamW on a flat dict, with one optional mistake."""
+    (b1, b2), t = betas, state["step"] + 1
+    new, m, v = {}, {}, {}
+    for k, p in params.items():
+        g = grads[k] + (weight_decay * p if mistake == "l2" and p.ndim >= 2 else 0)
+        m[k] = b1 * state["m"][k] + (1 - b1) * g
+        v[k] = b2 * state["v"][k] + (1 - b2) * g * g
+        if mistake == "v is g^2":
+            v[k] = g * g
+        m_hat = m[k] if mistake == "m uncorrected" else m[k] / (1 - b1 ** t)
+        v_hat = v[k] / (1 - b2 ** t)
+        if mistake == "eps inside":
+            update = m_hat / np.sqrt(v_hat + eps)
+        else:
+            update = m_hat / (np.sqrt(v_hat) + eps)
+        decays = {"l2": False, "no decay": False, "all": True}.get(mistake, p.ndim >= 2)
+        new[k] = p - lr * (update + (weight_decay * p if decays else 0))
+    return new, {"step": t, "m": m, "v": v}
+
+
+def test_check_adamw_step_accepts_the_package_and_a_flat_loop():
+    from attncourse.optim import adamw_step
+    assert ex.check_adamw_step(adamw_step) == ex.ADAMW_STEP_PROPERTIES
+    assert ex.check_adamw_step(_learner_adamw, seed=3) == ex.ADAMW_STEP_PROPERTIES
+    assert "check_adamw_step" in ex.__all__
+
+
+@pytest.mark.parametrize("mistake, property, words", [
+    ("m uncorrected", "bias correction", "uses m without the bias correction"),
+    ("eps inside", "bias correction", "differs from p - lr m_hat"),
+    ("v is g^2", "moment update", "after step 1, v differs"),
+    ("l2", "decoupled weight decay", "the decay went into the gradient"),
+    ("no decay", "decoupled weight decay", "moves W by a term"),
+    ("all", "which parameters decay", "the bias b (1-D) is decayed"),
+])
+def test_check_adamw_step_names_each_planted_mistake(mistake, property, words):
+    error = failure(ex.check_adamw_step,
+                    lambda *a, **kw: _learner_adamw(*a, **kw, mistake=mistake))
+    assert error.property == property
+    assert words in error.detail
+
+
+def test_check_adamw_step_names_in_place_updates_and_the_faults_of_the_registry():
+    from attncourse.faults import optim as fo
+    error = failure(ex.check_adamw_step, fo.adamw_in_place)
+    assert error.property == "purity" and error.detail.endswith("params and state")
+    for fault, property in (("adamw_no_bias_correction", "bias correction"),
+                            ("adamw_l2_in_gradient", "decoupled weight decay"),
+                            ("adamw_decays_gains", "which parameters decay")):
+        assert failure(ex.check_adamw_step, getattr(fo, fault)).property == property
+
+
+def test_check_adamw_step_catches_a_stub_returning_zeros():
+    def zeros(params, grads, state, **hyper):
+        z = {k: np.zeros_like(p) for k, p in params.items()}
+        return z, {"step": state["step"] + 1, "m": z, "v": z}
+
+    assert failure(ex.check_adamw_step, zeros).property == "moment update"
+    error = failure(ex.check_adamw_step, lambda params, grads, state, **kw: params)
+    assert error.property == "returns (params, state)"
+
+
+def test_check_adamw_step_passes_a_stub_through_and_names_other_exceptions():
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_adamw_step(unfinished)
+    error = failure(ex.check_adamw_step, lambda params, grads, state, **kw: state.t)
+    assert error.property == "returns (params, state)"
+    assert "raised AttributeError" in error.detail and error.__cause__ is not None
+
+
+# --- Chapter 7: check_clip_by_global_norm ---------------------------------------------
+
+def _learner_clip(grads, max_norm, mistake=None):
+    """A learner's clipping by the global norm, with one optional mistake."""
+    from attncourse.params import flatten_params, unflatten_params
+    flat = flatten_params(grads)
+    norm = math.sqrt(sum(float(np.sum(g * g)) for g in flat.values()))
+    if mistake == "first array only":
+        norm = math.sqrt(float(np.sum(next(iter(flat.values())) ** 2)))
+    scale = min(1.0, max_norm / norm) if norm > 0 else 1.0
+    if mistake == "clips always":  # the eps of PyTorch, but no clamp to 1
+        scale = max_norm / (norm + 1e-6)
+    elif mistake == "no min":
+        scale = max_norm / norm
+    if mistake == "per tensor":
+        out = {}
+        for k, g in flat.items():
+            own = math.sqrt(float(np.sum(g * g)))
+            out[k] = g * (min(1.0, max_norm / own) if own > 0 else 1.0)
+    elif mistake == "nan on zero":
+        out = {k: g / norm * min(norm, max_norm) for k, g in flat.items()}
+    elif mistake == "in place":
+        for g in flat.values():
+            g *= scale
+        return grads, norm
+    else:
+        out = {k: g * scale for k, g in flat.items()}
+    return unflatten_params(out, grads), norm
+
+
+def _torch_style_clip(grads, max_norm):
+    """Right: PyTorch's clip_coef = max_norm / (norm + 1e-6), clamped to 1."""
+    from attncourse.params import flatten_params, unflatten_params
+    flat = flatten_params(grads)
+    norm = float(np.sqrt(sum(np.sum(g ** 2) for g in flat.values())))
+    coef = min(max_norm / (norm + 1e-6), 1.0)
+    return unflatten_params({k: g * coef for k, g in flat.items()}, grads), norm
+
+
+def test_check_clip_by_global_norm_accepts_the_package_and_a_torch_style_clip():
+    from attncourse.optim import clip_by_global_norm
+    properties = ex.CLIP_BY_GLOBAL_NORM_PROPERTIES
+    assert properties == (
+        "returns (grads, norm)", "the norm", "one factor for all arrays",
+        "clipped norm equals max_norm", "small gradients unchanged", "input untouched",
+        "zero gradient")
+    assert ex.check_clip_by_global_norm(clip_by_global_norm) == properties
+    assert ex.check_clip_by_global_norm(clip_by_global_norm, seed=5) == properties
+    assert ex.check_clip_by_global_norm(_learner_clip, seed=2) == properties
+    assert ex.check_clip_by_global_norm(_torch_style_clip) == properties
+    assert "check_clip_by_global_norm" in ex.__all__
+    assert ac.verify.check_clip_by_global_norm is ex.check_clip_by_global_norm
+
+
+def test_the_clip_case_is_nested_float64_of_unequal_shapes():
+    from attncourse.params import flatten_params
+    flat = flatten_params(ex._clip_case(0))
+    assert isinstance(ex._clip_case(0)["blocks"], list)
+    assert all(a.dtype == np.float64 for a in flat.values())
+    assert len({a.shape for a in flat.values()}) == len(flat)
+    norms = [float(np.linalg.norm(a)) for a in flat.values()]
+    assert len({round(n, 6) for n in norms}) == len(norms)
+
+
+@pytest.mark.parametrize("mistake, property, words", [
+    ("per tensor", "one factor for all arrays", "each array was clipped to its own"),
+    ("first array only", "the norm", "the norm of the first array, 'embed', only"),
+    ("clips always", "small gradients unchanged", "come back scaled by 2"),
+    ("no min", "small gradients unchanged", "come back scaled by 2"),
+    ("in place", "input untouched", "modified the grads it was given"),
+    ("nan on zero", "zero gradient", "NaN entries"),
+])
+def test_check_clip_by_global_norm_names_each_planted_mistake(mistake, property, words):
+    error = failure(ex.check_clip_by_global_norm,
+                    lambda grads, max_norm: _learner_clip(grads, max_norm, mistake))
+    assert error.property == property
+    assert words in error.detail
+
+
+def test_check_clip_by_global_norm_catches_stubs_returning_zeros():
+    from attncourse.params import flatten_params, unflatten_params
+
+    def zeros(grads, max_norm, norm=None):
+        flat = flatten_params(grads)
+        z = {k: np.zeros_like(g) for k, g in flat.items()}
+        if norm is None:
+            norm = float(np.sqrt(sum(np.sum(g * g) for g in flat.values())))
+        return unflatten_params(z, grads), norm
+
+    error = failure(ex.check_clip_by_global_norm, lambda g, m: zeros(g, m, norm=0.0))
+    assert error.property == "the norm"
+    error = failure(ex.check_clip_by_global_norm, zeros)
+    assert error.property == "one factor for all arrays"
+    assert "all zeros" in error.detail
+
+
+def test_check_clip_by_global_norm_names_the_registry_fault_and_a_wrong_result():
+    from attncourse.faults import optim as fo
+    from attncourse.params import flatten_params
+    error = failure(ex.check_clip_by_global_norm, fo.clip_per_tensor)
+    assert error.property == "one factor for all arrays"
+    for fn in (lambda grads, max_norm: grads,
+               lambda grads, max_norm: (flatten_params(grads), 1.0),
+               lambda grads, max_norm: (grads, np.ones(2))):
+        assert failure(ex.check_clip_by_global_norm, fn).property == \
+            "returns (grads, norm)"
+
+
+def test_check_clip_by_global_norm_passes_a_stub_through_and_holds_under_python_O():
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_clip_by_global_norm(unfinished)
+    error = failure(ex.check_clip_by_global_norm, lambda grads, max_norm: grads.norm)
+    assert error.property == "returns (grads, norm)"
+    assert "raised AttributeError" in error.detail and error.__cause__ is not None
+    code = ("from attncourse.verify import CheckFailed, check_clip_by_global_norm\n"
+            "try:\n"
+            "    check_clip_by_global_norm(lambda grads, max_norm: (grads, 0.0))\n"
+            "except CheckFailed as e:\n"
+            "    print(e.property)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "the norm"
+
+
+# --- Chapter 8: check_top_p -----------------------------------------------------------
+
+from functools import partial  # noqa: E402  (this section's own imports)
+
+from attncourse.faults import sample as fsample  # noqa: E402
+
+def _top_p_reference(logits, p):
+    from attncourse.sample import probabilities
+    return probabilities(logits, top_p=p)
+
+
+def _top_p_learner(logits, p, *, order="stable", strict=False, extra=0):
+    """A learner's top-p: rank, running sum, keep a prefix; mistakes on request."""
+    q = softmax(logits)
+    ranked = (np.argsort(q, axis=-1)[..., ::-1] if order == "reversed"
+              else np.argsort(-q, axis=-1, kind="stable"))
+    running = np.cumsum(np.take_along_axis(q, ranked, axis=-1), axis=-1)
+    n_keep = np.sum(running < p, axis=-1, keepdims=True) + (0 if strict else 1) + extra
+    keep = np.zeros(q.shape, dtype=bool)
+    np.put_along_axis(keep, ranked, np.arange(q.shape[-1]) < n_keep, axis=-1)
+    kept = np.where(keep, q, 0.0)
+    with np.errstate(invalid="ignore"):  # strict: a row with nothing kept is 0 / 0
+        return kept / kept.sum(axis=-1, keepdims=True)
+
+
+def _top_p_in_place(logits, p):
+    P = _top_p_reference(logits, p)
+    logits[P == 0] = -np.inf  # changes the caller's logits
+    return P
+
+
+@pytest.mark.parametrize("fn, prop, words", [
+    (lambda logits, p: np.zeros_like(logits), "most probable always kept",
+     "probability 0"),
+    (lambda logits, p: fsample.top_p_off_by_one(logits, top_p=p),
+     "smallest prefix reaching p", "the token that crosses p was dropped"),
+    (partial(_top_p_learner, strict=True), "most probable always kept", "NaN"),
+    (partial(_top_p_learner, extra=1), "smallest prefix reaching p",
+     "already sum to >= p"),
+    (lambda logits, p: _top_p_reference(-logits, p), "most probable always kept",
+     "most probable token"),
+    (lambda logits, p: np.where(_top_p_reference(logits, p) > 0, softmax(logits), 0.0),
+     "renormalised", "rows sum to"),
+    (lambda logits, p: (_top_p_reference(logits, p) > 0)
+     / (_top_p_reference(logits, p) > 0).sum(axis=-1, keepdims=True),
+     "in proportion to the softmax", "differ by up to"),
+    (partial(_top_p_learner, order="reversed"), "ties: the lowest token id",
+     "keep tokens [2, 4]"),
+    (_top_p_in_place, "input untouched", "changed the logits"),
+    (lambda logits, p: _top_p_reference(logits, p)[:, :-1], "returns probabilities",
+     "returned shape (3, 6)"),
+    (lambda logits: logits, "returns probabilities", "raised TypeError"),
+], ids=["zeros", "off by one", "strict: nothing kept", "one too many", "least probable",
+        "not renormalised", "uniform", "reversed ties", "in place", "short rows",
+        "one argument"])
+def test_check_top_p_names_the_failed_property(fn, prop, words):
+    error = failure(ex.check_top_p, fn)
+    assert error.property == prop
+    assert words in error.detail
+
+
+def test_check_top_p_accepts_the_reference_a_learner_and_a_softmax_over_the_kept():
+    def over_the_kept(logits, p):  # another correct route: mask the logits, softmax
+        return softmax(np.where(_top_p_reference(logits, p) > 0, logits, -np.inf))
+
+    for fn in (_top_p_reference, _top_p_learner, over_the_kept):
+        assert ex.check_top_p(fn) == ex.TOP_P_PROPERTIES
+    assert ac.verify.check_top_p is ex.check_top_p
+    assert "check_top_p" in ex.__all__ and "check_top_p" in ac.verify.__all__
+
+
+def test_check_top_p_passes_a_stub_through_and_holds_under_python_O():
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_top_p(unfinished)
+    code = ("import numpy as np\n"
+            "from attncourse.verify import CheckFailed, check_top_p\n"
+            "try:\n"
+            "    check_top_p(lambda z, p: np.zeros_like(z))\n"
+            "except CheckFailed as e:\n"
+            "    print(e.property)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "most probable always kept"

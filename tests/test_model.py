@@ -327,6 +327,38 @@ def test_model_loss_averages_over_real_positions_only():
         model_forward(params, ids, config=config)[0], targets), rel=1e-14)
 
 
+def test_counted_narrows_the_mean_and_the_other_targets_get_no_gradient():
+    config, params, ids, key_valid = case()
+    targets = np.roll(ids, -1, axis=-1)
+    counted = np.zeros(ids.shape, dtype=bool)
+    counted[:, -1] = True  # the last position of each sequence only
+    loss, grads = model_loss(params, ids, targets, config=config, counted=counted)
+    logits, _ = model_forward(params, ids, config=config)
+    assert loss == pytest.approx(cross_entropy(logits[:, -1], targets[:, -1]), rel=1e-14)
+    other = np.where(counted, targets, (targets + 3) % 7)  # change every uncounted target
+    loss2, grads2 = model_loss(params, ids, other, config=config, counted=counted)
+    assert loss2 == loss
+    for name, g in flatten_params(grads).items():
+        assert_array_equal(flatten_params(grads2)[name], g)
+    both, _ = model_loss(params, ids, targets, config=config, key_valid=key_valid,
+                         counted=key_valid & (np.arange(T) >= 3))
+    logits_kv, _ = model_forward(params, ids, config=config, key_valid=key_valid)
+    keep = key_valid & (np.arange(T) >= 3)
+    assert both == pytest.approx(cross_entropy(logits_kv[keep], targets[keep]), rel=1e-14)
+
+
+@pytest.mark.parametrize("counted, message", [
+    (np.ones((2, 5), dtype=int), r"counted must be a boolean array of the shape of ids, "
+                                 r"\(2, 5\), got int64 \(2, 5\)"),
+    (np.ones((2, 4), dtype=bool), r"counted must be a boolean array .* got bool \(2, 4\)"),
+    (np.zeros((2, 5), dtype=bool), "no position is counted"),
+])
+def test_counted_is_validated(counted, message):
+    config, params, ids, _ = case()
+    with pytest.raises(ValueError, match=message):
+        model_loss(params, ids, ids, config=config, counted=counted)
+
+
 def test_model_loss_rejects_targets_of_another_shape():
     config, params, ids, _ = case()
     message = r"targets must have the shape of ids, \(2, 5\), got \(2, 4\)"

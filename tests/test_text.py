@@ -161,3 +161,111 @@ def test_bad_sizes():
         make_corpus(0)
     with pytest.raises(ValueError, match="sizes must be positive integers: n_sentences=2.5"):
         make_corpus(2.5)
+
+
+# --- associative recall --------------------------------------------------------------------
+
+from fractions import Fraction  # noqa: E402
+from itertools import permutations, product  # noqa: E402
+
+from attncourse.text import (RecallTask, recall_answers, recall_batch,  # noqa: E402
+                             recall_batches, recall_bigram_ceiling, recall_text,
+                             window_batches)
+
+
+def test_recall_tokens_ids_and_lengths():
+    task = RecallTask(n_keys=3, n_values=4, n_pairs=2)
+    assert task.n_vocab == 3 * 4 + 3 + 1 + 4 == len(set(task.tokens))
+    assert task.tokens[task.pair(2, 3)] == "c3" and task.tokens[task.key(1)] == "b"
+    assert task.tokens[task.value(0)] == "0" and task.tokens[task.question] == "?"
+    assert task.T == 4
+
+
+def test_recall_sequences_are_pairs_a_question_and_a_listed_key():
+    task = RecallTask(n_keys=6, n_values=5, n_pairs=4)
+    ids, targets, counted = recall_batch(task, 300, np.random.default_rng(0))
+    assert ids.shape == targets.shape == counted.shape == (300, task.T)
+    assert_array_equal(targets[:, :-1], ids[:, 1:])  # the next token, position by position
+    assert counted[:, -1].all() and not counted[:, :-1].any()
+    pairs = ids[:, :4]
+    keys, values = pairs // 5, pairs % 5
+    assert (np.sort(keys, axis=1)[:, 1:] != np.sort(keys, axis=1)[:, :-1]).all()  # distinct
+    assert (ids[:, 4] == task.question).all()
+    asked = ids[:, 5] - task.key(0)
+    where = keys == asked[:, None]
+    assert (where.sum(axis=1) == 1).all()
+    assert_array_equal(targets[:, -1], task.value(values[where]))
+    assert_array_equal(recall_answers(task, ids), targets[:, -1])
+
+
+def test_recall_values_keys_and_the_asked_pair_are_uniform():
+    task = RecallTask(n_keys=6, n_values=5, n_pairs=3)
+    ids, targets, _ = recall_batch(task, 30000, np.random.default_rng(1))
+    n = len(ids)
+    margin = np.sqrt(np.log(2 * 30 / 1e-6) / (2 * n))  # Hoeffding + Bonferroni, alpha 1e-6
+    answers = np.bincount(targets[:, -1] - task.value(0), minlength=5) / n
+    assert np.abs(answers - 1 / 5).max() < margin
+    asked = np.bincount(ids[:, -1] - task.key(0), minlength=6) / n
+    assert np.abs(asked - 1 / 6).max() < margin
+    slot = np.argmax(ids[:, :3] // 5 == (ids[:, -1:] - task.key(0)), axis=1)
+    assert np.abs(np.bincount(slot, minlength=3) / n - 1 / 3).max() < margin
+
+
+def exact_best_bigram(task):
+    joint = {}
+    orders = list(permutations(range(task.n_keys), task.n_pairs))
+    weight = Fraction(1, len(orders) * task.n_values**task.n_pairs * task.n_pairs)
+    for keys in orders:
+        for values in product(range(task.n_values), repeat=task.n_pairs):
+            for asked in range(task.n_pairs):
+                cell = (keys[asked], values[asked])
+                joint[cell] = joint.get(cell, 0) + weight
+    return sum(max(joint.get((k, v), 0) for v in range(task.n_values))
+               for k in range(task.n_keys))
+
+
+@pytest.mark.parametrize("sizes", [(2, 2, 1), (3, 2, 2), (4, 3, 3), (3, 4, 2)])
+def test_the_bigram_ceiling_is_the_exact_best_bigram_accuracy(sizes):
+    task = RecallTask(*sizes)
+    assert recall_bigram_ceiling(task) == exact_best_bigram(task) == Fraction(1, sizes[1])
+
+
+def test_recall_text_reads_the_tokens():
+    task = RecallTask(n_keys=4, n_values=3, n_pairs=2)
+    ids = np.array([[task.pair(3, 2), task.pair(0, 1), task.question, task.key(0)]])
+    assert recall_text(task, ids) == ["d2 a1 ? a"]
+    assert recall_text(task, ids[0]) == "d2 a1 ? a"
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: RecallTask(n_keys=27), "at most 26 keys and 10 values"),
+    (lambda: RecallTask(n_values=11), "at most 26 keys and 10 values"),
+    (lambda: RecallTask(n_keys=2, n_pairs=3), "n_pairs=3 distinct keys need n_keys >= 3"),
+    (lambda: RecallTask(n_pairs=0), "n_pairs=0"),
+    (lambda: recall_batch("task", 2, np.random.default_rng(0)), "task must be a RecallTask"),
+    (lambda: recall_batch(RecallTask(), 0, np.random.default_rng(0)), "n=0"),
+    (lambda: recall_answers(RecallTask(), np.zeros((2, 3), int)),
+     r"ids must have shape \(n, 6\), got \(2, 3\)"),
+    (lambda: recall_answers(RecallTask(n_pairs=2), np.array([[0, 0, 72, 64]])),
+     "each sequence must list the asked key exactly once"),
+    (lambda: recall_text(RecallTask(), [100]), "100"),
+    (lambda: window_batches(np.arange(3), 3, 2, seed=0), "more than T=3 tokens"),
+])
+def test_recall_and_window_input_is_validated(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_batches_are_seeded_per_step():
+    task = RecallTask()
+    batch = recall_batches(task, 8, seed=4)
+    assert_array_equal(batch(2)[0], batch(2)[0])
+    assert not np.array_equal(batch(2)[0], batch(3)[0])
+    assert not np.array_equal(batch(2)[0], recall_batches(task, 8, seed=5)(2)[0])
+    ids = np.arange(50)
+    windows = window_batches(ids, 7, 5, seed=0)
+    x, y, counted = windows(1)
+    assert x.shape == (5, 7) and counted is None
+    assert_array_equal(y, x + 1)
+    assert_array_equal(windows(1)[0], x)
+    assert x.max() < 49  # every window has its next token

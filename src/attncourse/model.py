@@ -318,12 +318,15 @@ def model_backward(params, saved, dlogits):
     return _backward(params, saved, dlogits)
 
 
-def model_loss(params, ids, targets, *, config, key_valid=None):
+def model_loss(params, ids, targets, *, config, key_valid=None, counted=None):
     """Return ``loss, grads``: the mean next-token cross-entropy and its gradients.
 
     ``targets`` has the shape of ``ids`` (``targets[..., t]`` is the token that follows
     ``ids[..., t]``). With ``key_valid`` the mean runs over the real positions only;
-    padded positions get zero gradient. ``grads`` nests like ``params``.
+    padded positions get zero gradient. ``counted`` (boolean, the shape of ``ids``)
+    narrows the mean further to the positions whose prediction is scored, e.g. the
+    answer of a recall question; the others still feed attention but add no loss.
+    ``grads`` nests like ``params``.
 
     >>> config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2)
     >>> ids = np.array([[1, 2, 3, 4], [0, 6, 5, 1]])
@@ -337,10 +340,15 @@ def model_loss(params, ids, targets, *, config, key_valid=None):
     if targets.shape != logits.shape[:-1]:
         raise ValueError(f"targets must have the shape of ids, {logits.shape[:-1]}, "
                          f"got {targets.shape}")
-    if key_valid is None:
-        real = np.ones(targets.shape, dtype=bool)
-    else:
-        real = np.asarray(key_valid)
+    real = np.ones(targets.shape, dtype=bool) if key_valid is None else np.asarray(key_valid)
+    if counted is not None:
+        counted = np.asarray(counted)
+        if counted.dtype != bool or counted.shape != targets.shape:
+            raise ValueError(f"counted must be a boolean array of the shape of ids, "
+                             f"{targets.shape}, got {counted.dtype} {counted.shape}")
+        real = real & counted
+    if not real.any():
+        raise ValueError("no position is counted: the mean loss would be empty")
     loss, saved_loss = cross_entropy_forward({}, logits[real], targets=targets[real])
     _, dZ = cross_entropy_backward({}, saved_loss, 1.0)  # (N_real, n_vocab)
     dlogits = np.zeros_like(logits)

@@ -1,4 +1,4 @@
-"""Text: a character-level tokenizer (vocabulary, text to ids and back) and the course corpus.
+"""Text: a character-level tokenizer, the course corpus and the associative-recall task.
 
 The vocabulary is a string of distinct characters; the id of a character is its index
 in that string, so ``vocab[i]`` decodes id ``i`` and ``len(vocab)`` is ``n_vocab``.
@@ -12,6 +12,9 @@ array([1, 0, 2, 2, 3])
 'hello'
 """
 
+from dataclasses import dataclass
+from fractions import Fraction
+
 import numpy as np
 
 from ._validate import require_sizes
@@ -19,6 +22,8 @@ from ._validate import require_sizes
 __all__ = [
     "build_vocab", "validate_vocab", "validate_ids", "encode", "decode",
     "GRAMMAR", "ADJECTIVE_PROBABILITY", "make_sentence", "make_corpus",
+    "RecallTask", "recall_text", "recall_batch", "recall_batches", "recall_answers",
+    "recall_bigram_ceiling", "window_batches",
 ]
 
 
@@ -176,3 +181,206 @@ def make_corpus(n_sentences=150, seed=0):
     require_sizes(n_sentences=n_sentences)
     rng = np.random.default_rng(seed)
     return " ".join(make_sentence(rng) for _ in range(n_sentences))
+
+
+# --- associative recall ------------------------------------------------------------------
+# A sequence lists key->value pairs, then a question mark and one of its keys:
+# "a3 c7 f1 ? c" asks for the value of c, here 7. Each pair is one token (like a word), so
+# the answer is one attention hop away: find the pair whose key matches. Keys are
+# distinct within a sequence; values are drawn independently and uniformly. The answer
+# depends on content earlier in the sequence, not on the previous token: that is what a
+# bigram model cannot use.
+
+KEYS = "abcdefghijklmnopqrstuvwxyz"
+VALUES = "0123456789"
+QUESTION = "?"
+
+
+@dataclass(frozen=True)
+class RecallTask:
+    """The sizes of the recall task: ``n_pairs`` pairs of ``n_keys`` keys, ``n_values`` values.
+
+    The vocabulary (``tokens``) is every pair (``"a0"`` …), every key alone (asked),
+    the question mark and every value alone (answered). A sequence has
+    ``T = n_pairs + 2`` tokens; its answer is the token that follows the last one.
+
+    >>> task = RecallTask(n_keys=3, n_values=2, n_pairs=2)
+    >>> task.tokens, task.T
+    (('a0', 'a1', 'b0', 'b1', 'c0', 'c1', 'a', 'b', 'c', '?', '0', '1'), 4)
+    >>> RecallTask(n_keys=2, n_values=3, n_pairs=3)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_pairs=3 distinct keys need n_keys >= 3, got n_keys=2
+    """
+
+    n_keys: int = 8
+    n_values: int = 8
+    n_pairs: int = 4
+
+    def __post_init__(self):
+        require_sizes(n_keys=self.n_keys, n_values=self.n_values, n_pairs=self.n_pairs)
+        if self.n_keys > len(KEYS) or self.n_values > len(VALUES):
+            raise ValueError(f"at most {len(KEYS)} keys and {len(VALUES)} values, got "
+                             f"n_keys={self.n_keys}, n_values={self.n_values}")
+        if self.n_pairs > self.n_keys:
+            raise ValueError(f"n_pairs={self.n_pairs} distinct keys need "
+                             f"n_keys >= {self.n_pairs}, got n_keys={self.n_keys}")
+
+    @property
+    def tokens(self):
+        """The name of each token id: the pairs, the keys, ``"?"``, the values."""
+        keys, values = KEYS[:self.n_keys], VALUES[:self.n_values]
+        return (tuple(k + v for k in keys for v in values) + tuple(keys) + (QUESTION,)
+                + tuple(values))
+
+    @property
+    def n_vocab(self):
+        """The number of token ids."""
+        return len(self.tokens)
+
+    @property
+    def T(self):
+        """The length of a sequence: the pairs, the question mark and the asked key."""
+        return self.n_pairs + 2
+
+    def pair(self, key, value):
+        """The id of the pair token ``key``->``value`` (both counted from 0)."""
+        return key * self.n_values + value
+
+    def key(self, key):
+        """The id of the key token ``key`` alone (asked after the question mark)."""
+        return self.n_keys * self.n_values + key
+
+    def value(self, value):
+        """The id of the value token ``value`` alone (the answer)."""
+        return self.n_keys * self.n_values + self.n_keys + 1 + value
+
+    @property
+    def question(self):
+        """The id of the question mark."""
+        return self.n_keys * self.n_values + self.n_keys
+
+
+def _require_task(task):
+    if not isinstance(task, RecallTask):
+        raise ValueError(f"task must be a RecallTask, got {type(task).__name__}")
+
+
+def recall_text(task, ids):
+    """Return the sequences ``ids`` (1-D or 2-D) as text, tokens separated by spaces.
+
+    >>> task = RecallTask(n_keys=3, n_values=2, n_pairs=2)
+    >>> recall_text(task, [task.pair(2, 1), task.pair(0, 0), task.question, task.key(2)])
+    'c1 a0 ? c'
+    """
+    _require_task(task)
+    ids = validate_ids(ids, task.n_vocab)
+    if ids.ndim == 2:
+        return [recall_text(task, row) for row in ids]
+    if ids.ndim != 1:
+        raise ValueError(f"ids must be 1-D or 2-D, got shape {ids.shape}")
+    return " ".join(task.tokens[i] for i in ids)
+
+
+def recall_batch(task, n, rng):
+    """Return ``ids, targets, counted``: ``n`` recall sequences drawn with ``rng``.
+
+    ``ids`` is ``(n, T)``; ``targets[:, t]`` is the token after ``ids[:, t]`` (the
+    answer after the last one); ``counted`` marks the one position that is scored, the
+    last. The other targets are the next tokens of the sequence, never scored.
+
+    >>> task = RecallTask(n_keys=3, n_values=2, n_pairs=2)
+    >>> ids, targets, counted = recall_batch(task, 2, np.random.default_rng(0))
+    >>> recall_text(task, ids), recall_text(task, targets[:, -1])
+    (['c1 b1 ? b', 'a1 b1 ? b'], '1 1')
+    >>> counted[0]
+    array([False, False, False,  True])
+    """
+    _require_task(task)
+    require_sizes(n=n)
+    P = task.n_pairs
+    keys = np.argsort(rng.random((n, task.n_keys)), axis=1)[:, :P]  # distinct keys per row
+    values = rng.integers(0, task.n_values, size=(n, P))
+    asked = rng.integers(0, P, size=n)
+    rows = np.arange(n)
+    sequence = np.empty((n, task.T + 1), dtype=np.int64)
+    sequence[:, :P] = task.pair(keys, values)
+    sequence[:, P] = task.question
+    sequence[:, P + 1] = task.key(keys[rows, asked])
+    sequence[:, P + 2] = task.value(values[rows, asked])  # the answer
+    counted = np.zeros((n, task.T), dtype=bool)
+    counted[:, -1] = True
+    return sequence[:, :-1], sequence[:, 1:], counted
+
+
+def recall_answers(task, ids):
+    """Return the answer (a value token id) of each sequence, read off the sequence itself.
+
+    >>> task = RecallTask(n_keys=4, n_values=3, n_pairs=2)
+    >>> ids, targets, _ = recall_batch(task, 5, np.random.default_rng(1))
+    >>> bool((recall_answers(task, ids) == targets[:, -1]).all())
+    True
+    """
+    _require_task(task)
+    ids = validate_ids(ids, task.n_vocab)
+    if ids.ndim != 2 or ids.shape[1] != task.T:
+        raise ValueError(f"ids must have shape (n, {task.T}), got {ids.shape}")
+    pairs = ids[:, :task.n_pairs]
+    if (pairs >= task.n_keys * task.n_values).any():
+        raise ValueError("the first n_pairs tokens of each sequence must be pairs")
+    match = pairs // task.n_values == (ids[:, -1:] - task.key(0))  # where the asked key is
+    if not (match.sum(axis=1) == 1).all():
+        raise ValueError("each sequence must list the asked key exactly once")
+    return task.value(pairs[match] % task.n_values)
+
+
+def recall_bigram_ceiling(task):
+    """Return the best expected accuracy of any bigram model on the answer: ``1/n_values``.
+
+    A bigram model sees only the asked key. Values are drawn independently of keys, so
+    given the key every value is equally likely: whatever the model predicts, it is right
+    with probability ``1/n_values``.
+
+    >>> recall_bigram_ceiling(RecallTask(n_values=8))
+    Fraction(1, 8)
+    """
+    _require_task(task)
+    return Fraction(1, task.n_values)
+
+
+def recall_batches(task, size, seed):
+    """Return ``batch(step) -> (ids, targets, counted)`` with ``size`` fresh sequences per step.
+
+    Step ``s`` draws with ``default_rng([seed, s])``: the data of a step does not depend
+    on which steps ran before.
+
+    >>> batch = recall_batches(RecallTask(), 4, seed=0)
+    >>> bool((batch(3)[0] == batch(3)[0]).all()), batch(3)[0].shape
+    (True, (4, 6))
+    """
+    require_sizes(size=size)
+    return lambda step: recall_batch(task, size, np.random.default_rng([seed, step]))
+
+
+def window_batches(ids, T, size, seed):
+    """Return ``batch(step) -> (ids, targets, None)``: ``size`` random windows of ``T`` tokens.
+
+    Each window of ``ids`` (1-D) is paired with the same window shifted by one token;
+    step ``s`` draws its start positions with ``default_rng([seed, s])``.
+
+    >>> batch = window_batches(np.arange(10), 3, 2, seed=0)
+    >>> x, y, counted = batch(1)
+    >>> bool((y == x + 1).all()), x.shape, counted
+    (True, (2, 3), None)
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.size < T + 1:
+        raise ValueError(f"ids must be 1-D with more than T={T} tokens, got shape {ids.shape}")
+    require_sizes(T=T, size=size)
+
+    def batch(step):
+        start = np.random.default_rng([seed, step]).integers(0, ids.size - T, size=size)
+        window = start[:, None] + np.arange(T)  # (size, T)
+        return ids[window], ids[window + 1], None
+
+    return batch

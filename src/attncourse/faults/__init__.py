@@ -12,6 +12,8 @@ pairs, :func:`table` prints them.
 from . import attention, embedding, head, linear, loss, multihead, positions, softmax
 from . import model
 from . import block, gelu, layernorm
+from . import sample
+from . import optim
 from ._registry import Check, Fault, table, verdicts
 
 __all__ = [
@@ -20,4 +22,6 @@ __all__ = [
     "multihead", "positions", "softmax",
     "model",
     "layernorm", "gelu", "block",
+    "sample",
+    "optim",
 ]

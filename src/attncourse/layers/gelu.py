@@ -48,7 +48,7 @@ def _require_bool(approximate):
 
 def _tanh_u(x):
     """Return ``tanh(u)``, ``u = sqrt(2/pi) (x + 0.044715 x^3)``."""
-    return np.tanh(SQRT_2_OVER_PI * (x + CUBIC * x**3))
+    return np.tanh(SQRT_2_OVER_PI * (x + CUBIC * (x * x * x)))
 
 
 def gelu(x, *, approximate=False):

@@ -5,6 +5,7 @@
 - :mod:`~attncourse.verify.prefix`: the prefix interface of a next-token model;
 - :mod:`~attncourse.verify.conformance`: the attention conformance suite and the failure listers;
 - :mod:`~attncourse.verify.exercises`: the learner checkers (``check_*``);
+- :mod:`~attncourse.verify.sampling`: do many draws come from a stated distribution;
 - :mod:`~attncourse.verify.failed`: :class:`CheckFailed`, raised by every check.
 """
 
@@ -17,6 +18,9 @@ from .conformance import causal_failures, padding_failures
 from .exercises import (check_attention_mask, check_block_residual, check_causal_attention, check_cross_entropy,
                         check_embedding_backward, check_layernorm_backward, check_one_hot, check_parameter_count,
                         check_softmax_jacobian, check_tied_gradient)
+from .exercises import check_top_k, check_top_p
+from .exercises import check_clip_by_global_norm
+from .sampling import DrawsReport, assert_draws_match, frequency_bound
 
 __all__ = [
     "CheckFailed",
@@ -28,4 +32,6 @@ __all__ = [
     "check_attention_mask", "check_causal_attention", "check_cross_entropy", "check_embedding_backward",
     "check_one_hot", "check_softmax_jacobian", "check_layernorm_backward", "check_block_residual",
     "check_parameter_count", "check_tied_gradient",
+    "check_top_k", "check_top_p",
+    "DrawsReport", "assert_draws_match", "frequency_bound",
 ]
