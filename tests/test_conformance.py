@@ -12,9 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
+from attncourse.fast import FAST
 from attncourse.faults import attention as fa
 from attncourse.faults import softmax as fs
+from attncourse.kvcache import incremental_attention, incremental_attention_backward
 from attncourse.layers import attention as la
+from attncourse.tiled import tiled_implementation
 from attncourse.verify import CheckFailed
 from attncourse.verify import conformance as cf
 from strategies import matrices
@@ -22,7 +25,17 @@ from strategies import matrices
 # Chapter 9's tiled and fast dense versions and Chapter 10's cached version join this list
 # (each an attncourse.verify.conformance.Implementation); what the suite covers gets no
 # tests of their own.
-IMPLEMENTATIONS = [cf.REFERENCE]
+IMPLEMENTATIONS = [
+    cf.REFERENCE,
+    FAST,
+    tiled_implementation(1),  # one query and one key per tile
+    tiled_implementation(2),  # divides T = 4 and 6, not 3 and 5
+    tiled_implementation(3, 2),  # rectangular; 3 divides T = 3 and 6, not 4 and 5
+    tiled_implementation(4, 5),  # 5 divides T_k = 5 of T_q < T_k, not T = 4 and 6
+    tiled_implementation(64),  # one tile larger than any T of the suite
+    cf.Implementation("cached", incremental_attention, incremental_attention_backward,
+                      offsets=True),  # Chapter 10: one query at a time, keys so far
+]
 
 
 @pytest.mark.parametrize("prop", list(cf.PROPERTIES))
@@ -162,7 +175,7 @@ def attend_from(forward):
 
 
 def implementation(name, attend=la.causal_attention, backward=la.causal_attention_backward):
-    return cf.Implementation(name, attend, backward)
+    return cf.Implementation(name, attend, backward, offsets=True)
 
 
 def query_padding(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
@@ -304,6 +317,16 @@ def backward_offset_ignored(query, key, value, dO, query_offset=0, *, key_valid=
     return la.causal_attention_backward(query, key, value, dO, key_valid=key_valid)
 
 
+def offset_one_short(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
+    return la.causal_attention(query, key, value, max(query_offset - 1, 0), dropout,
+                               key_valid=key_valid)
+
+
+def offset_unvalidated(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
+    Q, K, V = la.validate_qkv(query, key, value)  # no check of query_offset + T_q <= T_k
+    return la.attention_forward(Q, K, V, la.causal_visible(Q, K, V, query_offset, key_valid))
+
+
 ALL_VISIBLE = attend_from(la.attention_forward)
 UNMASKED_BACKWARD = _visible_backward(mask=False)
 
@@ -354,10 +377,17 @@ FAULT_CONTROLS = [
                                         lambda q, k, v, query_offset=0, *, key_valid=None:
                                         la.causal_attention(q, k, v, key_valid=key_valid)),
      "TypeError"),
-    ("query offset", implementation("offset ignored", offset_ignored), "attend with query_offset=1 returned"),
+    ("query offset", implementation("offset ignored", offset_ignored), "attend with query_offset=4"),
+    ("query offset", implementation("offset one short", offset_one_short),
+     "probabilities differ from rows 4..4"),
+    ("query offset", implementation("offset not validated", offset_unvalidated),
+     "accepted query_offset=3 (an offset past the last key)"),
+    ("query offset", cf.Implementation("declares no offsets, ignores them", offset_ignored,
+                                       la.causal_attention_backward),
+     "returned a result, although it declares no offsets"),
     ("query offset", implementation("offset ValueError", offset_value_error), "raised ValueError"),
     ("query offset", implementation("backward offset ignored", backward=backward_offset_ignored),
-     "backward with query_offset=1 returned"),
+     "backward with query_offset=4"),
 ]
 
 

@@ -418,8 +418,8 @@ def test_each_broken_variant_fails_with_the_right_property(broken, prop):
     (make(dropout_mode="twice"), "called 2 times"),
     (make(dropout_mode="on scores"), "applied to the (masked, scaled) probabilities"),
     (make(dropout_mode="result unused"), "output must be dropout(probabilities) @ value"),
-    (make(offset="ignore"), "it returned a result"),
-    (make(offset="valueerror"), "it raised ValueError: no offsets"),
+    (make(offset="ignore"), "returned a result that is not the last 3 rows"),
+    (make(offset="valueerror"), "raised ValueError: no offsets"),
     (make(neg=-100.0), "gives weight"),
     (make(mask="after", renormalise=False), "sums to"),
     (make(swap=True), "expected output (5, 4) and probabilities (5, 5), got (5, 5) and (5, 4)"),
@@ -1192,3 +1192,332 @@ def test_check_top_p_passes_a_stub_through_and_holds_under_python_O():
     out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "most probable always kept"
+
+
+# --- Chapter 9: merging two softmax states; the tile loop ----------------------------------
+
+from attncourse.faults import tiled as ftiled  # noqa: E402  (this section's own imports)
+from attncourse.tiled import (causal_tiles, empty_state, finish_state,  # noqa: E402
+                              merge_states, tile_state, tiled_attention_forward)
+
+
+def _merge_overflowing(a, b):  # rescales through exp(m_a) and exp(m_b) themselves
+    (m_a, l_a, o_a), (m_b, l_b, o_b) = a, b
+    m = np.maximum(m_a, m_b)
+    scale = np.exp(-np.where(np.isfinite(m), m, 0.0))  # empty rows stay empty
+    ea, eb = np.exp(m_a), np.exp(m_b)
+    return m, (ea * l_a + eb * l_b) * scale, \
+        (ea[:, None] * o_a + eb[:, None] * o_b) * scale[:, None]
+
+
+def _merge_first_is_special(a, b):  # rescales b to a's maximum only
+    (m_a, l_a, o_a), (m_b, l_b, o_b) = a, b
+    beta = np.exp(m_b - m_a)
+    return m_a, l_a + beta * l_b, o_a + beta[:, None] * o_b
+
+
+@pytest.mark.parametrize("fn, prop", [
+    (lambda a, b: a, "merged halves equal the whole"),
+    (lambda a, b: (a[0], a[1]), "returns (m, l, o)"),
+    (lambda a, b: (a[0][:2], a[1], a[2]), "returns (m, l, o)"),
+    (ftiled.merge_states_without_rescale, "rescales the old output"),
+    (ftiled.merge_states_unguarded, "empty rows stay empty"),
+    (_merge_overflowing, "no overflow"),
+    (lambda a, b: 1 / 0, "merged halves equal the whole"),
+], ids=["first only", "pair", "short m", "no rescale", "unguarded", "overflow", "crash"])
+def test_check_merge_states_names_the_failed_property(fn, prop):
+    with np.errstate(all="ignore"):
+        error = failure(ex.check_merge_states, fn)
+    assert error.property == prop
+
+
+def test_check_merge_states_catches_a_merge_whose_first_part_is_special():
+    # right whenever the first part holds the larger maximum; the test that raises it
+    with np.errstate(all="ignore"):
+        error = failure(ex.check_merge_states, _merge_first_is_special)
+    assert error.property in ("merged halves equal the whole", "rescales the old output")
+
+
+def test_check_merge_states_accepts_the_package_and_a_tuple_learner():
+    def learner(a, b):
+        m = np.maximum(a[0], b[0])
+        shift = np.where(np.isfinite(m), m, 0.0)
+        wa, wb = np.exp(a[0] - shift), np.exp(b[0] - shift)
+        return m, wa * a[1] + wb * b[1], wa[:, None] * a[2] + wb[:, None] * b[2]
+
+    for fn in (merge_states, learner):
+        assert ex.check_merge_states(fn) == ex.MERGE_STATES_PROPERTIES
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_merge_states(unfinished)
+
+
+def _tile_loop(Q, K, V, block, tiles=causal_tiles, mask=True):
+    """A learner's tile loop from the package's state functions."""
+    T, r = Q.shape[0], V.shape[1]
+    O = np.zeros((T, r))
+    for i0 in range(0, T, block):
+        i1 = min(i0 + block, T)
+        state = empty_state((i1 - i0,), r)
+        for t in (t for t in tiles(T, T, block, block) if t.i0 == i0):
+            S = Q[i0:i1] @ K[t.j0:t.j1].T / math.sqrt(Q.shape[1])  # (bq, d) x (d, bk)
+            visible = (np.arange(t.j0, t.j1)[None, :] <= np.arange(i0, i1)[:, None]) \
+                if mask else None
+            state = merge_states(state, tile_state(S, V[t.j0:t.j1], visible))
+        O[i0:i1] = finish_state(state)[0]
+    return O
+
+
+def _dense(Q, K, V, block):
+    return causal_attention(Q, K, V)[0]
+
+
+def _last_tile_dropped(Q, K, V, block):
+    T = (Q.shape[0] // block) * block or Q.shape[0]  # the smaller last tile left out
+    O = np.zeros((Q.shape[0], V.shape[1]))
+    O[:T] = _tile_loop(Q[:T], K[:T], V[:T], block)
+    return O
+
+
+@pytest.mark.parametrize("fn, prop", [
+    (lambda Q, K, V, block: _tile_loop(Q, K, V, block, ftiled.causal_tiles_one_block_early),
+     "one tile"),
+    (lambda Q, K, V, block: _tile_loop(Q, K, V, block, mask=False), "one tile"),
+    (_last_tile_dropped, "tiles that do not divide T"),
+    (_dense, "never stores T x T"),
+    (lambda Q, K, V, block: _tile_loop(Q, K, V, block)[:, :2], "shape"),
+    (lambda Q, K, V, block: Q @ K, "one tile"),
+], ids=["one block early", "no mask", "last tile dropped", "dense", "shape", "crash"])
+def test_check_tile_loop_names_the_failed_property(fn, prop):
+    assert failure(ex.check_tile_loop, fn).property == prop
+
+
+def test_check_tile_loop_accepts_a_learner_and_the_package():
+    def package(Q, K, V, block):
+        return tiled_attention_forward(Q, K, V, causal=True, block_q=block,
+                                       block_k=block, workers=1)[0]
+
+    for fn in (_tile_loop, package):
+        assert ex.check_tile_loop(fn) == ex.TILE_LOOP_PROPERTIES
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_tile_loop(unfinished)
+    assert {"check_merge_states", "check_tile_loop"} <= set(ex.__all__)
+
+
+def test_the_chapter_9_checkers_hold_under_python_O():
+    code = ("from attncourse.verify import CheckFailed\n"
+            "from attncourse.verify.exercises import check_merge_states\n"
+            "try:\n"
+            "    check_merge_states(lambda a, b: b)\n"
+            "except CheckFailed as e:\n"
+            "    print(e.property)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "merged halves equal the whole"
+
+
+# --- Chapter 3: the whole head, backward; Chapter 4: split/merge and positions ----------
+
+from attncourse.faults import multihead as fmh  # noqa: E402  (this section's own imports)
+from attncourse.faults import positions as fpos  # noqa: E402
+from attncourse.layers.attention import attention_backward, attention_forward  # noqa: E402
+from attncourse.layers.head import head_backward, head_forward  # noqa: E402
+from attncourse.layers.multihead import merge_heads, split_heads  # noqa: E402
+from attncourse.layers.positions import positions_backward, positions_forward  # noqa: E402
+
+
+def _head_grads(attention_bwd=attention_backward):
+    """A learner's whole-head backward from the package, with a chosen attention backward."""
+    def fn(X, W_Q, W_K, W_V, G):
+        Q, K, V = X @ W_Q, X @ W_K, X @ W_V
+        dQ, dK, dV = attention_bwd(Q, K, V, G)
+        return {"dQ": dQ, "dK": dK, "dV": dV, "dW_Q": X.T @ dQ, "dW_K": X.T @ dK,
+                "dW_V": X.T @ dV, "dX": dQ @ W_Q.T + dK @ W_K.T + dV @ W_V.T}
+    return fn
+
+
+def _head_with(name, change):
+    """The right gradients with one of them replaced by ``change(grads, X, W_Q, W_K, W_V, G)``."""
+    def fn(*args):
+        grads = _head_grads()(*args)
+        return {**grads, name: change(grads, *args)}
+    return fn
+
+
+def _dV_without_transpose(g, X, W_Q, W_K, W_V, G):
+    return attention_forward(X @ W_Q, X @ W_K, X @ W_V)[1] @ G  # A G, not A^T G
+
+
+def _head_zeros(X, W_Q, W_K, W_V, G):
+    shapes = {"dQ": (X.shape[0], W_Q.shape[1]), "dK": (X.shape[0], W_K.shape[1]),
+              "dV": (X.shape[0], W_V.shape[1]), "dW_Q": W_Q.shape, "dW_K": W_K.shape,
+              "dW_V": W_V.shape, "dX": X.shape}
+    return {name: np.zeros(shape) for name, shape in shapes.items()}
+
+
+def test_check_head_backward_accepts_the_package_layer_pair():
+    def package(X, W_Q, W_K, W_V, G):
+        params = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V}
+        _, saved = head_forward(params, X)
+        dparams, dX = head_backward(params, saved, G)
+        dQ, dK, dV = attention_backward(saved["Q"], saved["K"], saved["V"], G)
+        return {"dQ": dQ, "dK": dK, "dV": dV, "dX": dX,
+                **{"d" + name: g for name, g in dparams.items()}}
+
+    for fn in (package, _head_grads()):
+        assert ex.check_head_backward(fn) == ex.HEAD_BACKWARD_PROPERTIES
+        assert ex.check_head_backward(fn, seed=3) == ex.HEAD_BACKWARD_PROPERTIES
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_head_backward(unfinished)
+    assert "check_head_backward" in ex.__all__
+
+
+@pytest.mark.parametrize("fn, prop, fix", [
+    (_head_with("dV", _dV_without_transpose), "dV", "transpose A"),
+    (_head_grads(fa.attention_backward_numerator_only), "dQ", "both softmax paths"),
+    (_head_grads(fa.attention_backward_unscaled), "dQ", "divide by sqrt(d)"),
+    (_head_with("dK", lambda g, X, Wq, Wk, Wv, G: np.sqrt(3) * g["dK"]), "dK",
+     "divide by sqrt(d)"),
+    (_head_grads(fa.attention_backward_missing_transpose), "dK", "transpose dS"),
+    (_head_with("dW_Q", lambda g, X, *a: 2 * X.T @ g["dQ"]), "dW_Q", "X^T dQ"),
+    (_head_with("dW_K", lambda g, X, *a: X.T @ g["dQ"]), "dW_K", "not X^T dQ"),
+    (_head_with("dW_V", lambda g, X, *a: X.T @ g["dV"] + 1e-3), "dW_V", "X^T dV"),
+    (_head_with("dX", lambda g, X, Wq, Wk, Wv, G: g["dV"] @ Wv.T), "dX",
+     "only the value branch"),
+    (_head_with("dX", lambda g, X, Wq, Wk, Wv, G: g["dQ"] @ Wq.T), "dX",
+     "only the query branch"),
+    (_head_with("dX", lambda g, X, Wq, Wk, Wv, G: g["dQ"] @ Wq.T + g["dV"] @ Wv.T),
+     "dX", "misses the key branch"),
+    (_head_zeros, "dV", "A^T G"),
+    (_head_with("dW_V", lambda g, *a: g["dW_V"].T), "returns the seven gradients",
+     "shape of W_V"),
+    (lambda *a: (np.zeros(3),) * 7, "returns the seven gradients", "return {"),
+    (lambda X, *a: X @ X.T @ "crash", "returns the seven gradients", "make the function"),
+], ids=["dV no transpose", "numerator-only", "unscaled", "dK unscaled", "dK no transpose",
+        "dW_Q doubled", "dW_K from dQ", "dW_V shifted", "dX last branch",
+        "dX first branch", "dX two branches", "zeros", "dW_V transposed", "tuple", "crash"])
+def test_check_head_backward_names_the_wrong_gradient(fn, prop, fix):
+    error = failure(ex.check_head_backward, fn)
+    assert error.property == prop
+    assert fix in error.fix
+
+
+def _split_merge_learner():
+    def split(Y, heads):
+        *lead, T, width = Y.shape
+        return np.swapaxes(Y.reshape(*lead, T, heads, width // heads), -3, -2)
+
+    def merge(O):
+        *lead, H, T, w = O.shape
+        return np.swapaxes(O, -3, -2).reshape(*lead, T, H * w)
+    return split, merge
+
+
+def test_check_split_merge_accepts_the_package_and_a_learner():
+    for split, merge in ((split_heads, merge_heads), _split_merge_learner()):
+        assert ex.check_split_merge(split, merge) == ex.SPLIT_MERGE_PROPERTIES
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_split_merge(unfinished, merge_heads)
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_split_merge(split_heads, unfinished)
+    assert "check_split_merge" in ex.__all__
+
+
+@pytest.mark.parametrize("split, merge, prop, fix", [
+    (fmh.split_heads_no_transpose, merge_heads,
+     "split: head h takes columns h w .. (h+1) w - 1", "cuts across positions"),
+    (fmh.split_heads_reversed, merge_heads,
+     "split: head h takes columns h w .. (h+1) w - 1", "keep the heads in order"),
+    (split_heads, fmh.merge_heads_no_transpose,
+     "merge: head h fills columns h w .. (h+1) w - 1", "a reshape alone mixes positions"),
+    (split_heads, fmh.merge_heads_reversed,
+     "merge: head h fills columns h w .. (h+1) w - 1", "columns h*w:(h+1)*w"),
+    (lambda Y, heads: np.zeros(Y.shape[:-2] + (heads, Y.shape[-2], Y.shape[-1] // heads)),
+     merge_heads, "split: head h takes columns h w .. (h+1) w - 1", "Y[..., t, h*w"),
+    (lambda Y, heads: Y.reshape(*Y.shape[:-1], heads, -1), merge_heads, "split: shape",
+     "swap the axes T and H"),
+    (split_heads, lambda O: O.reshape(*O.shape[:-2], -1), "merge: shape",
+     "reshape to (..., T, H w)"),
+    (split_heads, lambda O: np.zeros(O.shape[:-3] + (O.shape[-2], O.shape[-3] * O.shape[-1])),
+     "merge: head h fills columns h w .. (h+1) w - 1", "columns h*w:(h+1)*w"),
+    (lambda Y, heads: Y[None] @ "crash", merge_heads, "split: shape", "make the function"),
+], ids=["split no transpose", "split reversed", "merge no transpose", "merge reversed",
+        "split zeros", "split shape", "merge shape", "merge zeros", "crash"])
+def test_check_split_merge_names_the_failed_property(split, merge, prop, fix):
+    with pytest.raises(CheckFailed) as info:
+        ex.check_split_merge(split, merge)
+    assert info.value.property == prop
+    assert fix in info.value.fix
+
+
+def _positions_learner(dY, T_max):
+    params = {"P": np.zeros((T_max, dY.shape[-1]))}
+    _, saved = positions_forward(params, np.zeros_like(dY))
+    dparams, dX = positions_backward(params, saved, dY)
+    return dparams["P"], dX
+
+
+def _positions_overwrite(dY, T_max):
+    params = {"P": np.zeros((T_max, dY.shape[-1]))}
+    _, saved = positions_forward(params, np.zeros_like(dY))
+    dparams, dX = fpos.positions_backward_overwrite(params, saved, dY)
+    return dparams["P"], dX
+
+
+def _positions_rows_filled(dY, T_max):
+    dP, dX = _positions_learner(dY, T_max)
+    dP[dY.shape[-2]:] = 1.0  # rows that took no part
+    return dP, dX
+
+
+def _positions_batch_of_three_only(dY, T_max):
+    dP = np.zeros((T_max, dY.shape[-1]))
+    dP[:dY.shape[-2]] = dY.sum(axis=0)  # right for (B, T, D) only
+    return dP, dY
+
+
+def test_check_positions_backward_accepts_the_package():
+    assert ex.check_positions_backward(_positions_learner) == ex.POSITIONS_BACKWARD_PROPERTIES
+    with pytest.raises(NotImplementedError, match="your code here"):
+        ex.check_positions_backward(unfinished)
+    assert "check_positions_backward" in ex.__all__
+
+
+@pytest.mark.parametrize("fn, prop, fix", [
+    (_positions_overwrite, "rows 0..T-1: summed over the batch", "overwrote dP"),
+    (lambda dY, T_max: (_positions_learner(dY, T_max)[0] / dY.shape[0], dY),
+     "rows 0..T-1: summed over the batch", "do not average"),
+    (lambda dY, T_max: (np.zeros((T_max, dY.shape[-1])), np.zeros_like(dY)),
+     "rows 0..T-1: summed over the batch", "sum over the batch of dY"),
+    (_positions_rows_filled, "rows T..T_max-1: zero", "fill rows 0..T-1 only"),
+    (lambda dY, T_max: (_positions_learner(dY, T_max)[0], 2 * dY), "dX = dY",
+     "passes to X unchanged"),
+    (_positions_batch_of_three_only, "any number of batch axes", "every axis but the last"),
+    (lambda dY, T_max: _positions_learner(dY, T_max)[0], "returns (dP, dX)", "return dP, dX"),
+    (lambda dY, T_max: (dY.sum(axis=0), dY), "shapes", "shape of P"),
+    (lambda dY, T_max: dY @ "crash", "returns (dP, dX)", "make the function"),
+], ids=["overwrite", "mean", "zeros", "unused rows", "dX doubled", "batch axes", "dP only",
+        "dP of T rows", "crash"])
+def test_check_positions_backward_names_the_failed_property(fn, prop, fix):
+    error = failure(ex.check_positions_backward, fn)
+    assert error.property == prop
+    assert fix in error.fix
+
+
+def test_the_chapter_3_and_4_gradient_checkers_hold_under_python_O():
+    code = ("import numpy as np\n"
+            "from attncourse.verify import CheckFailed\n"
+            "from attncourse.verify import exercises as ex\n"
+            "from attncourse.layers.multihead import merge_heads\n"
+            "zeros = lambda X, Wq, Wk, Wv, G: {n: np.zeros((1,)) for n in\n"
+            "    ('dQ', 'dK', 'dV', 'dW_Q', 'dW_K', 'dW_V', 'dX')}\n"
+            "checks = [lambda: ex.check_head_backward(zeros),\n"
+            "          lambda: ex.check_split_merge(lambda Y, h: Y, merge_heads),\n"
+            "          lambda: ex.check_positions_backward(lambda dY, T: (0, 0))]\n"
+            "for check in checks:\n"
+            "    try:\n"
+            "        check()\n"
+            "    except CheckFailed as e:\n"
+            "        print(e.property)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.split("\n")[:3] == ["returns the seven gradients", "split: shape", "shapes"]

@@ -6,6 +6,8 @@ attention conformance suite (tests/test_conformance.py), not here.
 
 import math
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -308,14 +310,36 @@ def test_upstream_gradient_must_match_the_output():
         attention_backward(Q, K, V, np.full((4, 2), "a"))
 
 
-def test_the_query_offset_waits_for_the_cache_chapter():
-    # the conformance suite demands NotImplementedError; the message says why
+def test_the_query_offset_places_the_queries_after_the_prefix():
+    # Chapter 10: queries at positions offset .. offset + T_q - 1 read keys 0 .. offset + i
+    rng = np.random.default_rng(9)
+    Q_full, K, V = random_qkv(rng, T_q=5, T_k=5)
+    O_full, A_full = causal_attention(Q_full, K, V)
+    O, A = causal_attention(Q_full[3:], K, V, query_offset=3)
+    assert_allclose(O, O_full[3:], rtol=1e-13, atol=1e-15)
+    assert_array_equal(A == 0, A_full[3:] == 0)
+    assert_allclose(A, A_full[3:], rtol=1e-13, atol=1e-15)
+    dO = rng.normal(size=O.shape)
+    dO_full = np.concatenate([np.zeros((3, O.shape[-1])), dO])
+    for got, want in zip(causal_attention_backward(Q_full[3:], K, V, dO, query_offset=3),
+                         causal_attention_backward(Q_full, K, V, dO_full)):
+        want = want[3:] if got.shape[0] == 2 else want
+        assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("offset, words", [
+    (-1, "query_offset must be an integer >= 0, got -1"),
+    (3, "query_offset=3 puts the 2 queries at positions 3..4, but there are only 4 keys"),
+    (1.0, "query_offset must be an integer >= 0, got 1.0"),
+    (True, "query_offset must be an integer >= 0, got True"),
+])
+def test_a_bad_query_offset_is_a_value_error_naming_it(offset, words):
     Q, K, V = random_qkv(np.random.default_rng(9), T_q=2, T_k=4)
-    message = r"^query_offset != 0 needs the key/value cache of Chapter 10$"
-    with pytest.raises(NotImplementedError, match=message):
-        causal_attention(Q, K, V, query_offset=2)
-    with pytest.raises(NotImplementedError, match=message):
-        causal_attention_backward(Q, K, V, np.ones((2, 2)), query_offset=2)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        causal_attention(Q, K, V, query_offset=offset)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        causal_attention_backward(Q, K, V, np.ones((2, 2)), query_offset=offset)
+    causal_attention(Q, K, V, query_offset=2)  # the largest consistent offset
 
 
 # --- the causal mask -------------------------------------------------------------------------

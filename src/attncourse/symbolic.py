@@ -497,3 +497,57 @@ def gelu_expression(x, *, approximate=False, cubic=GELU_CUBIC):
         u = sp.sqrt(2 / sp.pi) * (x + cubic * x**3)
         return x * (1 + sp.tanh(u)) / 2
     return x * (1 + sp.erf(x / sp.sqrt(2))) / 2
+
+
+# --- Chapter 9: the online softmax --------------------------------------------------------
+
+def online_state(s, V, m):
+    """Return the state ``(m, l, o)`` of a partial row, rescaled to the shift ``m``.
+
+    ``s`` holds the scores of the keys read, ``V`` (one row per key) their values:
+    ``l = sum_j exp(s_j - m)``, ``o = sum_j exp(s_j - m) V_j`` (a ``1 x r`` Matrix). Any
+    ``m`` gives the same weights; the running maximum is the one that cannot overflow.
+
+    >>> s1, s2, m = sp.symbols("s1 s2 m", real=True)
+    >>> online_state([s1, s2], sp.Matrix([[1], [2]]), m)[1]
+    exp(-m + s1) + exp(-m + s2)
+    """
+    s = list(s)
+    _require(len(s) == V.rows, f"online_state needs one row of V per score, got {len(s)} "
+             f"scores and V {V.shape}")
+    w = [sp.exp(x - m) for x in s]
+    o = sp.Matrix(1, V.cols, lambda _, c: sp.Add(*[w[j] * V[j, c] for j in range(len(s))]))
+    return m, sp.Add(*w), o
+
+
+def merge_online(a, b, m, *, rescale_old=True):
+    """Return the merge of two states ``a = (m_a, l_a, o_a)``, ``b`` at the new shift ``m``:
+    ``l = e^(m_a - m) l_a + e^(m_b - m) l_b``, and likewise ``o``. With
+    ``rescale_old=False``, ``o_a`` is added unscaled (the planted mistake of Chapter 9).
+
+    >>> m_a, m_b, m, l_a, l_b = sp.symbols("m_a m_b m l_a l_b", real=True)
+    >>> z = sp.zeros(1, 1)
+    >>> merge_online((m_a, l_a, z), (m_b, l_b, z), m)[1]
+    l_a*exp(-m + m_a) + l_b*exp(-m + m_b)
+    """
+    (m_a, l_a, o_a), (m_b, l_b, o_b) = a, b
+    alpha, beta = sp.exp(m_a - m), sp.exp(m_b - m)
+    o = (alpha if rescale_old else 1) * o_a + beta * o_b
+    return m, alpha * l_a + beta * l_b, o
+
+
+def rowsum_product(M, N):
+    """Return the column ``r`` with ``r_i = sum_j M_ij N_ij``, written out entry by entry.
+
+    >>> rowsum_product(sp.Matrix([[1, 2], [3, 4]]), sp.Matrix([[1, 0], [0, 2]]))
+    Matrix([
+    [1],
+    [8]])
+    """
+    _require(M.shape == N.shape, f"rowsum_product needs equal shapes, got {M.shape} and "
+             f"{N.shape}")
+    return sp.Matrix(M.rows, 1, lambda i, _: sp.Add(*[M[i, j] * N[i, j]
+                                                      for j in range(M.cols)]))
+
+
+__all__ += ["online_state", "merge_online", "rowsum_product"]

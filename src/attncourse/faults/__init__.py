@@ -14,6 +14,8 @@ from . import model
 from . import block, gelu, layernorm
 from . import sample
 from . import optim
+from . import tiled
+from . import kvcache
 from ._registry import Check, Fault, table, verdicts
 
 __all__ = [
@@ -24,4 +26,6 @@ __all__ = [
     "layernorm", "gelu", "block",
     "sample",
     "optim",
+    "tiled",
+    "kvcache",
 ]

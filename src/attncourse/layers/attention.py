@@ -21,6 +21,7 @@ from ..softmax import softmax, softmax_backward
 
 __all__ = [
     "validate_qkv",
+    "validate_query_offset",
     "attention_scores",
     "attention_forward",
     "attention_backward",
@@ -161,8 +162,13 @@ def causal_attention(query, key, value, query_offset=0, dropout=None, *, key_val
 
     Scores are ``query key^T / sqrt(d)``; keys after a query's own position get weight
     exactly 0. ``dropout`` (optional callable) is applied to the probabilities used for
-    the output; the returned probabilities are the undropped ones. A non-zero
-    ``query_offset`` (the key/value cache of Chapter 10) is not implemented yet.
+    the output; the returned probabilities are the undropped ones.
+    ``query_offset`` (Chapter 10, the key/value cache) says where the queries sit: query
+    ``i`` is at position ``query_offset + i`` and reads the keys ``0 .. query_offset + i``.
+    Decoding with a cache passes one new query with ``query_offset = t`` against the
+    ``t + 1`` keys so far; the result equals row ``t`` of the whole sequence's attention.
+    An offset below 0, or one that puts a query past the last key
+    (``query_offset + T_q > T_k``), raises ``ValueError`` (:func:`validate_query_offset`).
     ``key_valid`` (optional, boolean ``(..., T_k)``, Chapter 4) marks the real keys;
     padded keys get weight exactly 0 too, and a query with no visible key reads nothing.
 
@@ -174,10 +180,12 @@ def causal_attention(query, key, value, query_offset=0, dropout=None, *, key_val
     >>> out
     array([[2.],
            [3.]])
+    >>> causal_attention(np.zeros((1, 1)), np.zeros((2, 1)), np.array([[2.0], [4.0]]),
+    ...                  query_offset=1)[1]  # the second query alone: row 1 above
+    array([[0.5, 0.5]])
     """
-    if query_offset != 0:
-        raise NotImplementedError("query_offset != 0 needs the key/value cache of Chapter 10")
     Q, K, V = validate_qkv(query, key, value)
+    validate_query_offset(query_offset, Q, K)
     visible = causal_visible(Q, K, V, query_offset, key_valid)  # (..., T_q, T_k)
     probabilities = softmax(attention_scores(Q, K), visible)  # (..., T_q, T_k)
     weights = probabilities if dropout is None else dropout(probabilities)
@@ -197,10 +205,37 @@ def causal_attention_backward(query, key, value, dO, query_offset=0, *, key_vali
     >>> dv.ravel()  # key 0 is read fully by query 0 and half by query 1
     array([1.5, 0.5])
     """
-    if query_offset != 0:
-        raise NotImplementedError("query_offset != 0 needs the key/value cache of Chapter 10")
     Q, K, V = validate_qkv(query, key, value)
+    validate_query_offset(query_offset, Q, K)
     return attention_backward(Q, K, V, dO, causal_visible(Q, K, V, query_offset, key_valid))
+
+
+def validate_query_offset(query_offset, Q, K):
+    """Raise ``ValueError`` unless ``query_offset`` is an integer with
+    ``0 <= query_offset`` and ``query_offset + T_q <= T_k``.
+
+    Query ``i`` sits at position ``query_offset + i`` and must find its own key there:
+    an offset that puts the last query past the last key is inconsistent with the keys.
+
+    >>> import numpy as np
+    >>> validate_query_offset(3, np.ones((2, 4)), np.ones((5, 4)))
+    >>> validate_query_offset(4, np.ones((2, 4)), np.ones((5, 4)))
+    Traceback (most recent call last):
+    ...
+    ValueError: query_offset=4 puts the 2 queries at positions 4..5, but there are only 5 keys (positions 0..4): query has shape (2, 4), key has shape (5, 4); query_offset + T_q must be <= T_k
+    """
+    if isinstance(query_offset, (bool, np.bool_)) or not isinstance(
+            query_offset, (int, np.integer)):
+        raise ValueError(f"query_offset must be an integer >= 0, got {query_offset!r}")
+    if query_offset < 0:
+        raise ValueError(f"query_offset must be an integer >= 0, got {query_offset}")
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    if query_offset + T_q > T_k:
+        raise ValueError(
+            f"query_offset={query_offset} puts the {T_q} queries at positions "
+            f"{query_offset}..{query_offset + T_q - 1}, but there are only {T_k} keys "
+            f"(positions 0..{T_k - 1}): query has shape {Q.shape}, key has shape "
+            f"{K.shape}; query_offset + T_q must be <= T_k")
 
 
 def causal_visible(Q, K, V, query_offset=0, key_valid=None):

@@ -358,8 +358,10 @@ def check_causal_attention(fn, seed=0):
     (probabilities equal the softmax of ``query key^T / sqrt(d)`` over the visible keys;
     output equals ``probabilities @ value``); **dropout contract** (``dropout`` is called
     once on the probabilities, the output uses the dropped weights, the returned
-    probabilities are the undropped ones); **offset** (``query_offset != 0`` raises
-    ``NotImplementedError`` until Chapter 10).
+    probabilities are the undropped ones); **offset** (a non-zero ``query_offset``
+    either raises ``NotImplementedError``, as the Chapter 3 exercise asks, or does what
+    Chapter 10 defines: the queries sit at positions ``query_offset + i`` and the result
+    equals those rows of the whole sequence's; :func:`check_query_offset` checks it fully).
 
     Raises :class:`CheckFailed` whose message starts with the name of the first failed
     property; re-raises ``NotImplementedError`` if the function is still a stub. Returns
@@ -458,21 +460,27 @@ def check_causal_attention(fn, seed=0):
         raise CheckFailed("dropout contract", "the output must be dropout(probabilities) @ value",
                           "multiply the dropped weights, not the probabilities, by value")
 
-    # offset
+    # offset: NotImplementedError (Chapter 3) or the meaning of Chapter 10
+    fix = ("raise NotImplementedError when query_offset != 0 (Chapter 3), or let query i "
+           "sit at position query_offset + i (Chapter 10)")
     try:
-        fn(query, key, value, query_offset=1)
+        result = fn(query[2:], key, value, query_offset=2)
     except NotImplementedError:
-        pass
+        result = None
     except Exception as e:  # any other exception is the wrong contract
         raise CheckFailed(
-            "offset", f"query_offset=1 must raise NotImplementedError (Chapter 10 adds the cache), "
-            f"it raised {type(e).__name__}: {e}", "raise NotImplementedError when query_offset != 0",
+            "offset", f"query_offset=2 with 3 queries and 5 keys raised {type(e).__name__}: {e}; "
+            "it must raise NotImplementedError or return the last 3 rows of the whole sequence's",
+            fix,
         ) from e
-    else:
-        raise CheckFailed(
-            "offset", "query_offset=1 must raise NotImplementedError (Chapter 10 adds the cache), it "
-            "returned a result", "raise NotImplementedError when query_offset != 0",
-        )
+    if result is not None:
+        o_out, o_prob = _split(result, "offset")
+        if not (o_prob.shape == (T - 2, T) and np.allclose(o_prob, probabilities[2:], rtol=1e-10, atol=1e-12)
+                and np.allclose(o_out, output[2:], rtol=1e-10, atol=1e-12)):
+            raise CheckFailed(
+                "offset", "query_offset=2 with 3 queries and 5 keys returned a result that is not "
+                "the last 3 rows of the whole sequence's (queries at positions 2, 3, 4)", fix,
+            )
     return ["shape", "rows summing to one", "causality", "scaling", "dropout contract", "offset"]
 
 
@@ -1528,3 +1536,456 @@ before the one whose running sum reaches p, and that one too: the first is alway
                           f"tied 2/11s", "rank with a stable sort, np.argsort(-p, "
                           "kind='stable'), not np.argsort(p)[::-1]")
     return TOP_P_PROPERTIES
+
+
+# --- Chapter 9: merging two softmax states; the tile loop ------------------------------
+
+MERGE_STATES_PROPERTIES = (
+    "returns (m, l, o)", "merged halves equal the whole", "rescales the old output",
+    "order does not matter", "empty rows stay empty", "no overflow")
+
+
+def _state_of(S, V):
+    """The state ``(m, l, o)`` of rows with scores ``S (n, k)`` and values ``V (k, r)``."""
+    m = S.max(axis=-1)
+    P = np.exp(S - m[:, None])
+    return m, P.sum(axis=-1), P @ V  # (n, k) x (k, r) -> (n, r)
+
+
+def _merged(fn, property, a, b):
+    try:
+        result = fn(a, b)
+    except NotImplementedError:
+        raise
+    except Exception as e:  # the learner's code may fail in any way: name the property
+        shapes = ", ".join(str(tuple(np.shape(x) for x in s)) for s in (a, b))
+        raise CheckFailed(property, f"calling it on states of shapes {shapes} raised "
+                          f"{type(e).__name__}: {e}", "make the function run on these "
+                          "inputs (the traceback above shows where it failed)") from e
+    if not (isinstance(result, (tuple, list)) and len(result) == 3):
+        raise CheckFailed("returns (m, l, o)", f"got {type(result).__name__}, not a "
+                          "triple", "return m, l, o")
+    m, l, o = (_array(x, "returns (m, l, o)", float) for x in result)
+    shapes = (a[0].shape, a[1].shape, a[2].shape)
+    if (m.shape, l.shape, o.shape) != shapes:
+        raise CheckFailed("returns (m, l, o)", f"shapes {m.shape}, {l.shape}, {o.shape}, "
+                          f"expected {shapes[0]}, {shapes[1]}, {shapes[2]}",
+                          "m and l have one entry per row, o one row per row")
+    return m, l, o
+
+
+def _same_state(property, label, got, want, fix):
+    for name, x, y in zip("mlo", got, want):
+        if not np.allclose(x, y, rtol=1e-12, atol=1e-14):
+            worst = np.max(np.abs(x - y)) if np.all(np.isfinite(x)) else np.nan
+            raise CheckFailed(property, f"{label}: {name} differs from the state of the "
+                              f"whole row by up to {worst:.2e}", fix)
+
+
+def check_merge_states(fn):
+    """Check a learner's ``fn(a, b) -> (m, l, o)`` that merges two softmax states.
+
+    A state ``(m, l, o)`` of ``n`` rows holds the running maximum ``m (n,)``, the
+    normaliser ``l = sum_j exp(s_j - m) (n,)`` and the unnormalised output
+    ``o = sum_j exp(s_j - m) v_j (n, r)``. The merge must give the state of the keys of
+    both parts, rescaled to the larger maximum, in either order, keep rows that have seen
+    no key (``m = -inf``, ``l = 0``) empty without NaN, and not overflow for scores near
+    1000. Returns the names of the properties checked.
+
+    >>> from attncourse.tiled import merge_states
+    >>> check_merge_states(merge_states)[1]
+    'merged halves equal the whole'
+    >>> check_merge_states(lambda a, b: a)
+    Traceback (most recent call last):
+    ...
+    attncourse.verify.failed.CheckFailed: merged halves equal the whole: first 3 keys, \
+last 4: l differs from the state of the whole row by up to 2.51e-01 (likely fix: rescale \
+both parts to m = max(m_a, m_b): l = exp(m_a - m) l_a + exp(m_b - m) l_b, and o alike)
+    """
+    rng = np.random.default_rng(9)
+    S, V = rng.normal(size=(4, 7)), rng.normal(size=(7, 3))  # 4 rows, 7 keys, r = 3
+    S[:, :3] += 4.0  # first, the first part holds the maximum of every row
+    fix = ("rescale both parts to m = max(m_a, m_b): l = exp(m_a - m) l_a + "
+           "exp(m_b - m) l_b, and o alike")
+    whole, a, b = _state_of(S, V), _state_of(S[:, :3], V[:3]), _state_of(S[:, 3:], V[3:])
+    _same_state("merged halves equal the whole", "first 3 keys, last 4",
+                _merged(fn, "merged halves equal the whole", a, b), whole, fix)
+    S2 = S.copy()
+    S2[:, 3:] += 8.0  # then the second part raises the maximum of every row
+    whole, a, b = _state_of(S2, V), _state_of(S2[:, :3], V[:3]), _state_of(S2[:, 3:], V[3:])
+    _same_state("rescales the old output", "the second part holds the larger maximum",
+                _merged(fn, "rescales the old output", a, b), whole,
+                "multiply the old o by exp(m_a - m) too, not only l")
+    ab = _merged(fn, "order does not matter", a, b)
+    ba = _merged(fn, "order does not matter", b, a)
+    _same_state("order does not matter", "merge(b, a) against merge(a, b)", ba, ab,
+                "treat both parts alike: no part is special")
+    empty = (np.full(4, -np.inf), np.zeros(4), np.zeros((4, 3)))
+    with np.errstate(all="ignore"):
+        both = _merged(fn, "empty rows stay empty", empty, empty)
+        one = _merged(fn, "empty rows stay empty", empty, a)
+    if not (np.all(both[0] == -np.inf) and np.all(both[1] == 0) and np.all(both[2] == 0)):
+        raise CheckFailed("empty rows stay empty", "two states that have seen no key "
+                          f"merge to l = {both[1].tolist()}", "use the shift "
+                          "m = max(m_a, m_b) only where it is finite (else 0): "
+                          "-inf - (-inf) is NaN")
+    _same_state("empty rows stay empty", "merge(empty, a)", one, a,
+                "the empty state (m = -inf, l = 0, o = 0) must change nothing")
+    big, c = _state_of(S + 1000.0, V), _state_of(S[:, :3] + 1000.0, V[:3])
+    with np.errstate(all="ignore"):
+        merged = _merged(fn, "no overflow", c, _state_of(S[:, 3:] + 1000.0, V[3:]))
+    if not all(np.all(np.isfinite(x)) for x in merged):
+        raise CheckFailed("no overflow", "scores near 1000 give a non-finite state",
+                          "never form exp(m): only exp(m_a - m) <= 1")
+    _same_state("no overflow", "scores near 1000", merged, big, fix)
+    return MERGE_STATES_PROPERTIES
+
+
+TILE_LOOP_PROPERTIES = (
+    "shape", "one tile", "tiles that divide T", "tiles that do not divide T",
+    "tiles of one key", "causal", "never stores T x T")
+
+
+def check_tile_loop(fn):
+    """Check a learner's ``fn(Q, K, V, block) -> O``: causal attention of one head by
+    tiles of ``block`` queries and ``block`` keys, ``Q (T, d)``, ``K (T, d)``,
+    ``V (T, r)``.
+
+    ``O`` must equal :func:`attncourse.causal_attention`'s output within ``1e-12`` for
+    one tile, tiles that do and do not divide ``T``, and tiles of one key; outputs
+    must not change when later keys change; and at ``T = 1024`` with ``block = 32`` the
+    function must not allocate anything near a ``T x T`` array (``tracemalloc``).
+    Returns the names of the properties checked.
+
+    >>> from attncourse.tiled import tiled_attention_forward
+    >>> tiled = lambda Q, K, V, block: tiled_attention_forward(
+    ...     Q, K, V, causal=True, block_q=block, block_k=block, workers=1)[0]
+    >>> check_tile_loop(tiled)[-1]
+    'never stores T x T'
+    """
+    import tracemalloc
+
+    from ..layers.attention import causal_attention
+
+    rng = np.random.default_rng(10)
+    T, d, r = 11, 3, 4
+    Q, K, V = rng.normal(size=(T, d)), rng.normal(size=(T, d)), rng.normal(size=(T, r))
+    want, _ = causal_attention(Q, K, V)
+    for property, block in (("one tile", 16), ("tiles that divide T", 11),
+                            ("tiles that do not divide T", 4),
+                            ("tiles that do not divide T", 3), ("tiles of one key", 1)):
+        O = _array(_call(fn, property, Q, K, V, block), property, float)
+        if O.shape != (T, r):
+            raise CheckFailed("shape", f"block={block}: O has shape {O.shape}, expected "
+                              f"{(T, r)}", "one output row per query, r columns")
+        if not np.allclose(O, want, rtol=1e-12, atol=1e-12):
+            rows = np.flatnonzero(~np.all(np.isclose(O, want, rtol=1e-12, atol=1e-12),
+                                          axis=1)).tolist()
+            raise CheckFailed(property, f"block={block}: rows {rows} differ from causal "
+                              "attention", "visit every tile with j0 <= i1 - 1, mask "
+                              "keys j > i in the diagonal tiles, merge with rescaling, "
+                              "divide by l at the end; the last tile may be smaller")
+    K2, V2 = K.copy(), V.copy()
+    K2[6:], V2[6:] = rng.normal(size=(T - 6, d)), 10 * rng.normal(size=(T - 6, r))
+    O2 = _array(_call(fn, "causal", Q, K2, V2, 4), "causal", float)
+    O = _array(_call(fn, "causal", Q, K, V, 4), "causal", float)
+    if not np.allclose(O2[:6], O[:6], rtol=0, atol=1e-14):
+        raise CheckFailed("causal", "outputs 0..5 changed when keys 6.. changed",
+                          "query i reads keys j <= i only")
+    big = 1024
+    Qb, Kb, Vb = (rng.normal(size=(big, w)) for w in (d, d, r))
+    tracemalloc.start()
+    try:
+        _call(fn, "never stores T x T", Qb, Kb, Vb, 32)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    if peak >= big * big * 8 / 8:
+        raise CheckFailed("never stores T x T", f"T={big}, block=32: {peak / 2**20:.1f} "
+                          f"MiB allocated at the peak; one T x T array is "
+                          f"{big * big * 8 / 2**20:.0f} MiB",
+                          "form scores one tile (block x block) at a time")
+    return TILE_LOOP_PROPERTIES
+
+
+__all__ += ["check_merge_states", "check_tile_loop"]
+
+
+# --- Chapter 3: the whole head, backward ------------------------------------------------
+
+HEAD_BACKWARD_PROPERTIES = (
+    "returns the seven gradients", "dV", "dQ", "dK", "dW_Q", "dW_K", "dW_V", "dX")
+
+_HEAD_GRADIENT_SHAPES = {"dQ": "T d", "dK": "T d", "dV": "T r", "dW_Q": "D d",
+                         "dW_K": "D d", "dW_V": "D r", "dX": "T D"}
+
+
+def _head_case(seed):
+    """A head with unequal sizes (T, D, d, r) = (5, 7, 3, 4), mild scores and a dense G."""
+    rng = np.random.default_rng(seed)
+    T, D, d, r = 5, 7, 3, 4
+    X = rng.standard_normal((T, D))
+    W_Q, W_K = (rng.standard_normal((D, d)) / math.sqrt(D) for _ in range(2))
+    W_V = rng.standard_normal((D, r)) / math.sqrt(D)
+    return X, W_Q, W_K, W_V, rng.standard_normal((T, r))
+
+
+def _head_reference(X, W_Q, W_K, W_V, G):
+    """Every intermediate of the head's backward pass, and some tempting wrong versions."""
+    from ..softmax import softmax_backward
+
+    Q, K, V = X @ W_Q, X @ W_K, X @ W_V  # (T, D) x (D, d or r)
+    A = softmax(attention_scores(Q, K))  # (T, T)
+    s = math.sqrt(Q.shape[-1])
+    dA = G @ V.T  # (T, r) x (r, T) -> (T, T)
+    dS = softmax_backward(A, dA)
+    g = {"Q": Q, "K": K, "V": V, "A": A, "G": G, "dS": dS, "dV": A.T @ G,
+         "dQ": dS @ K / s, "dK": dS.T @ Q / s}
+    g["dW_Q"], g["dW_K"], g["dW_V"] = X.T @ g["dQ"], X.T @ g["dK"], X.T @ g["dV"]
+    g["branches"] = {"query": g["dQ"] @ W_Q.T, "key": g["dK"] @ W_K.T,
+                     "value": g["dV"] @ W_V.T}
+    return g
+
+
+def _head_fix(name, got, ref):
+    """The likely fix for a wrong gradient ``name``, recognising the classic mistakes."""
+    close = lambda a, b: a.shape == b.shape and np.allclose(a, b, rtol=1e-6, atol=1e-9)
+    s = math.sqrt(ref["Q"].shape[-1])
+    if name == "dV":
+        if close(got, ref["A"] @ ref["G"]):  # (T, T) x (T, r): A without the transpose
+            return "transpose A: dV = A^T G, key j collects G from every query i that read it"
+        return "dV = A^T G: key j collects G from every query i that read it"
+    if name in ("dQ", "dK"):
+        if close(got, ref[name] * s):
+            return f"divide by sqrt(d): {name} = " + ("dS K / sqrt(d)" if name == "dQ"
+                                                      else "dS^T Q / sqrt(d)")
+        if name == "dK" and close(got, ref["dS"] @ ref["Q"] / s):
+            return "transpose dS: dK = dS^T Q / sqrt(d) (key j sums over the queries i)"
+        return ("dS = A * (dA - rowsum(A * dA)) with dA = G V^T (both softmax paths), then "
+                + ("dQ = dS K / sqrt(d)" if name == "dQ" else "dK = dS^T Q / sqrt(d)"))
+    if name.startswith("dW_"):
+        for other in ("dQ", "dK", "dV"):
+            want = "d" + name[-1]
+            if other != want and close(got, ref["dW_" + other[-1]]):
+                return f"{name} = X^T {want}, not X^T {other}"
+        return f"{name} = X^T d{name[-1]}"
+    branches = ref["branches"]
+    for label, branch in branches.items():
+        if close(got, branch):
+            return (f"dX keeps only the {label} branch: add all three, "
+                    "dX = dQ W_Q^T + dK W_K^T + dV W_V^T")
+    for label in branches:
+        rest = sum(b for other, b in branches.items() if other != label)
+        if close(got, rest):
+            return f"dX misses the {label} branch: dX = dQ W_Q^T + dK W_K^T + dV W_V^T"
+    return "dX = dQ W_Q^T + dK W_K^T + dV W_V^T, the three branches summed"
+
+
+def check_head_backward(fn, seed=0):
+    """Check a learner's ``fn(X, W_Q, W_K, W_V, G) -> grads`` for one attention head.
+
+    ``grads`` is a dict with the seven gradients ``dQ, dK, dV`` (``Q, K, V`` taken as
+    independent inputs of ``O = softmax(Q K^T / sqrt(d)) V``), ``dW_Q, dW_K, dW_V`` and
+    ``dX`` (through the projections) of ``J = sum(G * O)``. Each is compared with central
+    differences of that ``J`` over every coordinate (steps and tolerance of
+    :mod:`~attncourse.verify.gradients`), in the order of the backward pass, and the
+    first that differs is named, with the likely fix. Sizes are unequal (``T=5, D=7,
+    d=3, r=4``) and ``G`` is dense. Returns the names of the properties checked.
+
+    >>> from attncourse.layers.head import head_backward, head_forward
+    >>> from attncourse.layers.attention import attention_backward
+    >>> def grads(X, W_Q, W_K, W_V, G):
+    ...     params = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V}
+    ...     O, saved = head_forward(params, X)
+    ...     dparams, dX = head_backward(params, saved, G)
+    ...     dQ, dK, dV = attention_backward(saved["Q"], saved["K"], saved["V"], G)
+    ...     return {"dQ": dQ, "dK": dK, "dV": dV, "dX": dX,
+    ...             **{"d" + name: g for name, g in dparams.items()}}
+    >>> check_head_backward(grads)[-1]
+    'dX'
+    """
+    from ..layers.attention import attention_forward
+    from .gradients import gradcheck
+
+    X, W_Q, W_K, W_V, G = _head_case(seed)
+    ref = _head_reference(X, W_Q, W_K, W_V, G)
+    prop = "returns the seven gradients"
+    grads = _call(fn, prop, X.copy(), W_Q.copy(), W_K.copy(), W_V.copy(), G.copy())
+    if not isinstance(grads, dict) or set(grads) != set(_HEAD_GRADIENT_SHAPES):
+        got = sorted(grads) if isinstance(grads, dict) else type(grads).__name__
+        raise CheckFailed(prop, f"expected a dict with keys {sorted(_HEAD_GRADIENT_SHAPES)}, "
+                          f"got {got}", "return {'dQ': dQ, 'dK': dK, ..., 'dX': dX}")
+    grads = {name: _array(g, prop, dtype=np.float64) for name, g in grads.items()}
+    sizes = dict(zip("TDdr", (X.shape[0], X.shape[1], W_Q.shape[1], W_V.shape[1])))
+    for name, letters in _HEAD_GRADIENT_SHAPES.items():
+        want = tuple(sizes[c] for c in letters.split())
+        if grads[name].shape != want:
+            raise CheckFailed(prop, f"{name} has shape {grads[name].shape}, expected {want} "
+                              f"({letters.replace(' ', ' x ')}, the shape of "
+                              f"{name[1:]})", f"{name} has the shape of {name[1:]}")
+
+    def J_qkv(Q, K, V):
+        return float(np.sum(G * attention_forward(Q, K, V)[0]))
+
+    def J_head(X, W_Q, W_K, W_V):
+        Q, K, V = X @ W_Q, X @ W_K, X @ W_V  # (T, D) x (D, d or r)
+        return J_qkv(Q, K, V)
+
+    qkv = {"Q": ref["Q"], "K": ref["K"], "V": ref["V"]}
+    head = {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V}
+    order = [("dV", J_qkv, qkv), ("dQ", J_qkv, qkv), ("dK", J_qkv, qkv),
+             ("dW_Q", J_head, head), ("dW_K", J_head, head), ("dW_V", J_head, head),
+             ("dX", J_head, head)]
+    for name, J, inputs in order:
+        report = gradcheck(J, inputs, {name[1:]: grads[name]})
+        if not report.passed:
+            raise CheckFailed(name, f"{name} differs from central differences of "
+                              f"J = sum(G * O) by up to {report.worst:.1e} (tolerance "
+                              f"{TOLERANCE:.0e})", _head_fix(name, grads[name], ref))
+    return HEAD_BACKWARD_PROPERTIES
+
+
+# --- Chapter 4: splitting into heads and merging them back --------------------------------
+
+SPLIT_MERGE_PROPERTIES = (
+    "split: shape", "split: head h takes columns h w .. (h+1) w - 1",
+    "merge: shape", "merge: head h fills columns h w .. (h+1) w - 1")
+
+
+def _split_by_slices(Y, H):
+    """The definition: head h of position t is ``Y[..., t, h w : (h+1) w]``."""
+    w = Y.shape[-1] // H
+    return np.stack([Y[..., h * w:(h + 1) * w] for h in range(H)], axis=-3)
+
+
+def check_split_merge(split_fn, merge_fn):
+    """Check a learner's ``split_fn(Y, heads)`` and ``merge_fn(O)`` for multi-head attention.
+
+    ``split_fn`` turns ``Y (..., T, H w)`` into ``(..., H, T, w)``, head ``h`` taking
+    columns ``h w .. (h+1) w - 1`` of every position; ``merge_fn`` is its inverse,
+    ``(..., H, T, w) -> (..., T, H w)``. Each is the other's backward pass. Both are tried
+    with a batch axis and without one, on unequal sizes (``B=2, T=5, H=3, w=4``), and
+    compared with the definition by explicit column slices. Returns the names of the
+    properties checked.
+
+    >>> from attncourse.layers.multihead import merge_heads, split_heads
+    >>> check_split_merge(split_heads, merge_heads)[0]
+    'split: shape'
+    """
+    rng = np.random.default_rng(4)
+    B, T, H, w = 2, 5, 3, 4
+    fix_axes = ("reshape to (..., T, H, w) first, then swap the axes T and H "
+                "(np.swapaxes(x, -3, -2)); one reshape straight to (..., H, T, w) cuts "
+                "across positions")
+    for Y in (rng.standard_normal((B, T, H * w)), rng.standard_normal((T, H * w))):
+        want = _split_by_slices(Y, H)
+        got = _array(_call(split_fn, "split: shape", Y.copy(), H), "split: shape", float)
+        if got.shape != want.shape:
+            raise CheckFailed("split: shape", f"Y {Y.shape} with {H} heads gave "
+                              f"{got.shape}, expected {want.shape}", fix_axes)
+        if not np.array_equal(got, want):
+            prop = "split: head h takes columns h w .. (h+1) w - 1"
+            if np.array_equal(got, want[..., ::-1, :, :]):
+                fix = "head 0 takes the first w columns: keep the heads in order"
+            elif np.array_equal(got, Y.reshape(want.shape)):
+                fix = fix_axes
+            else:
+                fix = "head h of position t is Y[..., t, h*w:(h+1)*w]"
+            bad = np.argwhere(~np.all(np.isclose(got, want), axis=(-2, -1)))[0][-1]
+            raise CheckFailed(prop, f"Y {Y.shape}: head {int(bad)} differs from "
+                              f"columns {bad * w}..{(bad + 1) * w - 1}", fix)
+    for O in (rng.standard_normal((B, H, T, w)), rng.standard_normal((H, T, w))):
+        want = np.concatenate([O[..., h, :, :] for h in range(H)], axis=-1)
+        got = _array(_call(merge_fn, "merge: shape", O.copy()), "merge: shape", float)
+        if got.shape != want.shape:
+            raise CheckFailed("merge: shape", f"O {O.shape} gave {got.shape}, expected "
+                              f"{want.shape}", "swap the axes H and T back, then reshape "
+                              "to (..., T, H w)")
+        if not np.array_equal(got, want):
+            if np.array_equal(got, O.reshape(want.shape)):
+                fix = ("swap the axes H and T back first (np.swapaxes(O, -3, -2)), then "
+                       "reshape; a reshape alone mixes positions")
+            else:
+                fix = "head h of position t goes to columns h*w:(h+1)*w of row t"
+            raise CheckFailed("merge: head h fills columns h w .. (h+1) w - 1",
+                              f"O {O.shape}: the merged columns are not the heads in "
+                              "order", fix)
+    return SPLIT_MERGE_PROPERTIES
+
+
+# --- Chapter 4: the backward pass of learned positions -----------------------------------
+
+POSITIONS_BACKWARD_PROPERTIES = (
+    "returns (dP, dX)", "shapes", "rows 0..T-1: summed over the batch",
+    "rows T..T_max-1: zero", "dX = dY", "any number of batch axes")
+
+
+def _positions_result(fn, prop, dY, T_max):
+    result = _call(fn, prop, dY.copy(), T_max)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise CheckFailed("returns (dP, dX)", f"got {type(result).__name__}, not a pair",
+                          "return dP, dX")
+    dP, dX = (_array(x, prop, float) for x in result)
+    if dP.shape != (T_max, dY.shape[-1]) or dX.shape != dY.shape:
+        raise CheckFailed("shapes", f"dY {dY.shape}, T_max={T_max}: dP {dP.shape} and dX "
+                          f"{dX.shape}, expected {(T_max, dY.shape[-1])} and {dY.shape}",
+                          "dP has the shape of P (T_max, D); dX the shape of dY")
+    return dP, dX
+
+
+def check_positions_backward(fn):
+    """Check a learner's ``fn(dY, T_max) -> (dP, dX)`` for ``Y = X + P[:T]``.
+
+    ``dY`` has shape ``(..., T, D)`` with ``T <= T_max``. Row ``t < T`` of ``dP`` is the
+    upstream gradient at position ``t`` **summed** over every batch axis, rows
+    ``t >= T`` are exactly zero, and ``dX = dY``. Tried on ``(B, T, D) = (3, 4, 5)`` with
+    ``T_max = 7``, then without a batch axis and with two. Returns the names of the
+    properties checked.
+
+    >>> from attncourse.layers.positions import positions_backward, positions_forward
+    >>> import numpy as np
+    >>> def learner(dY, T_max):
+    ...     params = {"P": np.zeros((T_max, dY.shape[-1]))}
+    ...     _, saved = positions_forward(params, np.zeros_like(dY))
+    ...     dparams, dX = positions_backward(params, saved, dY)
+    ...     return dparams["P"], dX
+    >>> check_positions_backward(learner)[-1]
+    'any number of batch axes'
+    """
+    rng = np.random.default_rng(7)
+    B, T, D, T_max = 3, 4, 5, 7
+    dY = rng.standard_normal((B, T, D))
+    dP, dX = _positions_result(fn, "returns (dP, dX)", dY, T_max)
+    prop = "rows 0..T-1: summed over the batch"
+    want = dY.sum(axis=0)
+    if not np.allclose(dP[:T], want, rtol=1e-12, atol=1e-12):
+        close = lambda a: np.allclose(dP[:T], a, rtol=1e-12, atol=1e-12)
+        if close(dY[-1]) or close(dY[0]):
+            fix = ("each sequence overwrote dP: add every sequence's gradient, "
+                   "dP[:T] = dY.sum(axis=0)")
+        elif close(dY.mean(axis=0)):
+            fix = "sum over the batch, do not average: row t is used by every sequence"
+        else:
+            fix = "dP[t] = sum over the batch of dY[b, t]"
+        raise CheckFailed(prop, f"rows 0..{T - 1} of dP differ from dY summed over the "
+                          f"batch by up to {np.max(np.abs(dP[:T] - want)):.2e}", fix)
+    if np.any(dP[T:] != 0):
+        raise CheckFailed("rows T..T_max-1: zero", f"rows {T}..{T_max - 1} took no part "
+                          f"(T={T}) but hold {np.abs(dP[T:]).max():.2e}",
+                          "start from dP = np.zeros((T_max, D)) and fill rows 0..T-1 only")
+    if not np.array_equal(dX, dY):
+        raise CheckFailed("dX = dY", "dX differs from dY", "Y = X + P[:T]: the gradient "
+                          "passes to X unchanged, dX = dY")
+    prop = "any number of batch axes"
+    for shape in ((T, D), (2, 3, T, D)):
+        dY2 = rng.standard_normal(shape)
+        dP2, _ = _positions_result(fn, prop, dY2, T_max)
+        want2 = dY2.reshape(-1, T, D).sum(axis=0)
+        if not np.allclose(dP2[:T], want2, rtol=1e-12, atol=1e-12) or np.any(dP2[T:] != 0):
+            raise CheckFailed(prop, f"dY of shape {shape}: dP[:T] is not dY summed over "
+                              "its leading axes", "sum over every axis but the last two: "
+                              "dY.reshape(-1, T, D).sum(axis=0)")
+    return POSITIONS_BACKWARD_PROPERTIES
+
+
+__all__ += ["check_head_backward", "check_split_merge", "check_positions_backward"]
