@@ -206,8 +206,14 @@ def figure(rows, path):
                         style, color=colour, label=label, base=2)
             mem = [r for r in pts if r["peak_bytes"] is not None]
             if mem:
-                ax_m.loglog([r["T"] for r in mem], [r["peak_bytes"] / 2**20 for r in mem],
-                            style, color=colour, label=label, base=2)
+                ax_m.loglog(
+                    [r["T"] for r in mem],
+                    [r["peak_bytes"] / 2**20 for r in mem],
+                    style,
+                    color=colour,
+                    label=label,
+                    base=2,
+                )
     ax_t.set(xlabel="T (one head, float32)", ylabel="forward+backward time (s)")
     ax_m.set(xlabel="T (one head, float32)", ylabel="peak memory (MiB)")
     ax_t.legend(fontsize=7)
@@ -220,6 +226,7 @@ def targets(rows):
     """(target, measured, met) for the targets of Chapter 9, from the medians; the
     dense comparisons against the fast dense version and, where it ran, the reference;
     each ratio also from the shortest times (``min``)."""
+
     def find(**want):
         hits = [r for r in rows if all(r[k] == v for k, v in want.items())]
         return hits[0] if hits else None
@@ -233,8 +240,13 @@ def targets(rows):
     if fast and torch_row:
         for stat in ("median", "min"):
             value = ratio(fast, torch_row, f"seconds_{stat}")
-            out.append((f"fast dense fp32 time / torch sdpa <= 1.2 ({stat})", value,
-                        value <= 1.2))
+            out.append(
+                (
+                    f"fast dense fp32 time / torch sdpa <= 1.2 ({stat})",
+                    value,
+                    value <= 1.2,
+                )
+            )
     T = max((r["T"] for r in rows if r["part"] == "sweep"), default=None)
     if T is None:
         return out
@@ -246,54 +258,98 @@ def targets(rows):
         tiled = find(part="sweep", implementation="tiled", causal=False, T=T)
         c_tiled = find(part="sweep", implementation="tiled", causal=True, T=T)
         memory = dense["peak_bytes"] / tiled["peak_bytes"]
-        out.append((f"{dense_name} / tiled peak memory at T={T} >= 40", memory,
-                    memory >= 40))
+        out.append(
+            (f"{dense_name} / tiled peak memory at T={T} >= 40", memory, memory >= 40)
+        )
         for stat in ("median", "min"):
             field = f"seconds_{stat}"
             value = ratio(tiled, dense, field)
-            out.append((f"tiled / {dense_name} time at T={T} <= 0.7 ({stat})", value,
-                        value <= 0.7))
+            out.append(
+                (
+                    f"tiled / {dense_name} time at T={T} <= 0.7 ({stat})",
+                    value,
+                    value <= 0.7,
+                )
+            )
             value = ratio(c_tiled, c_dense, field)
-            out.append((f"causal tiled / causal {dense_name} time at T={T} <= 0.5 "
-                        f"({stat})", value, value <= 0.5))
+            out.append(
+                (
+                    f"causal tiled / causal {dense_name} time at T={T} <= 0.5 ({stat})",
+                    value,
+                    value <= 0.5,
+                )
+            )
     return out
 
 
 def print_rows(rows, file=sys.stdout):
-    head = (f"{'part':6} {'implementation':15} {'dtype':8} {'causal':6} {'T':>5} "
-            f"{'median s':>9} {'min s':>8} {'peak MiB':>9} {'/torch':>7} {'/dense':>7} "
-            f"{'/ref':>7}")
+    head = (
+        f"{'part':6} {'implementation':15} {'dtype':8} {'causal':6} {'T':>5} "
+        f"{'median s':>9} {'min s':>8} {'peak MiB':>9} {'/torch':>7} {'/dense':>7} "
+        f"{'/ref':>7}"
+    )
     print(head, file=file)
     for r in rows:
         peak = "" if r["peak_bytes"] is None else f"{r['peak_bytes'] / 2**20:.1f}"
-        ratios = [("" if r[k] is None else f"{r[k]:.2f}")
-                  for k in ("ratio_to_torch", "ratio_to_dense", "ratio_to_reference")]
-        print(f"{r['part']:6} {r['implementation']:15} {r['dtype']:8} "
-              f"{str(r['causal']):6} {r['T']:>5} {r['seconds_median']:9.4f} "
-              f"{r['seconds_min']:8.4f} {peak:>9} {ratios[0]:>7} {ratios[1]:>7} "
-              f"{ratios[2]:>7}",
-              file=file)
+        ratios = [
+            ("" if r[k] is None else f"{r[k]:.2f}")
+            for k in ("ratio_to_torch", "ratio_to_dense", "ratio_to_reference")
+        ]
+        print(
+            f"{r['part']:6} {r['implementation']:15} {r['dtype']:8} "
+            f"{str(r['causal']):6} {r['T']:>5} {r['seconds_median']:9.4f} "
+            f"{r['seconds_min']:8.4f} {peak:>9} {ratios[0]:>7} {ratios[1]:>7} "
+            f"{ratios[2]:>7}",
+            file=file,
+        )
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=HERE / "results",
-                        help="folder for attention.csv and attention.png")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=HERE / "results",
+        help="folder for attention.csv and attention.png",
+    )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--batch", type=int, nargs=4, default=[4, 8, 1024, 64],
-                        metavar=("B", "H", "T", "d"))
-    parser.add_argument("--sweep", type=int, nargs="+",
-                        default=[256, 512, 1024, 2048, 4096, 8192], metavar="T")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        nargs=4,
+        default=[4, 8, 1024, 64],
+        metavar=("B", "H", "T", "d"),
+    )
+    parser.add_argument(
+        "--sweep",
+        type=int,
+        nargs="+",
+        default=[256, 512, 1024, 2048, 4096, 8192],
+        metavar="T",
+    )
     parser.add_argument("--sweep-d", type=int, default=64)
     parser.add_argument("--block", type=int, default=256, help="tile size")
-    parser.add_argument("--extra-blocks", type=int, nargs="*", default=[512],
-                        help="more tile sizes for the sweep (rows 'tiled <b>')")
-    parser.add_argument("--reference-up-to", type=int, default=2048,
-                        help="largest T of the sweep that runs the (slow) reference")
-    parser.add_argument("--no-torch", action="store_true",
-                        help="leave PyTorch out even when it is importable")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny sizes, one repeat: a smoke run")
+    parser.add_argument(
+        "--extra-blocks",
+        type=int,
+        nargs="*",
+        default=[512],
+        help="more tile sizes for the sweep (rows 'tiled <b>')",
+    )
+    parser.add_argument(
+        "--reference-up-to",
+        type=int,
+        default=2048,
+        help="largest T of the sweep that runs the (slow) reference",
+    )
+    parser.add_argument(
+        "--no-torch",
+        action="store_true",
+        help="leave PyTorch out even when it is importable",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes, one repeat: a smoke run"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.batch, args.sweep = 1, [1, 2, 48, 8], [32, 64]
@@ -304,13 +360,23 @@ def main(argv=None):
     if use_torch:
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     given = sys.argv[1:] if argv is None else argv
-    print(f"numpy {np.__version__}, {os.cpu_count()} cores; command: "
-          f"{' '.join(['benchmarks/attention.py', *given])}")
+    print(
+        f"numpy {np.__version__}, {os.cpu_count()} cores; command: "
+        f"{' '.join(['benchmarks/attention.py', *given])}"
+    )
     B, H, T, d = args.batch
-    rows = batch_part(B, H, T, d, (np.float32, np.float64), args.repeats, args.block,
-                      use_torch)
-    rows += sweep_part(args.sweep, args.sweep_d, args.repeats, args.block, use_torch,
-                       args.reference_up_to, args.extra_blocks)
+    rows = batch_part(
+        B, H, T, d, (np.float32, np.float64), args.repeats, args.block, use_torch
+    )
+    rows += sweep_part(
+        args.sweep,
+        args.sweep_d,
+        args.repeats,
+        args.block,
+        use_torch,
+        args.reference_up_to,
+        args.extra_blocks,
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, args.out / "attention.csv")
     figure(rows, args.out / "attention.png")

@@ -2,7 +2,7 @@
 
 The checking functions take plain data (HTML text, or facts a browser collected from a page) and
 return a list of problems, so the same functions judge the real book and the planted faults of the
-tests. Nothing here imports a browser library.
+tests. Only ``chromium()`` imports a browser library (playwright), when it is called.
 
 >>> cdn_references('<script src="https://unpkg.com/thebe@0.8.2/lib/index.js"></script>')
 ['unpkg.com']
@@ -21,6 +21,7 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,13 +30,61 @@ import urllib.parse
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = [
-    "ROOT", "html_dir", "built_html", "readme_command", "book_pages", "chapter_pages", "LoopbackServer",
+    "ROOT", "IN_CI", "LAUNCH_FLAGS", "find_chromium", "chromium", "html_dir", "built_html", "readme_command", "book_pages", "chapter_pages", "LoopbackServer",
     "CDN_HOSTS", "cdn_references", "external_resources", "raw_tex_fragments", "element_ids",
     "link_problems", "page_problems", "chapter_problems", "unreferenced_equations", "COLLECT_FACTS_JS", "CHAPTER_FACTS_JS",
+    "LAYOUTS", "LAYOUT_FACTS_JS", "layout_problems", "machine_paths", "absolute_path_leaks", "path_leaks_in_build",
 ]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_HTML = ROOT / "_build" / "html"
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+LAUNCH_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--disable-default-apps", "--disable-extensions",
+    # no name resolves except the loopback address: nothing can leave the machine
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]
+
+
+def find_chromium():
+    """The Chromium executable to drive: ``$CHROMIUM``, else ``chromium`` on the PATH, else None."""
+    for candidate in (os.environ.get("CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")):
+        if candidate and pathlib.Path(candidate).is_file():
+            return candidate
+    return None
+
+
+@contextlib.contextmanager
+def chromium(viewport):
+    """One headless Chromium with a fresh profile, as a playwright browser context (for pytest).
+
+    Without a Chromium the calling test is skipped, except under CI (``CI=true``), where it fails.
+    """
+    import pytest
+
+    executable = find_chromium()
+    if executable is None:
+        message = ("no Chromium browser found: install Debian's package `chromium` "
+                   "(apt-get install -y chromium) to run the browser tests of the book")
+        if IN_CI:
+            pytest.fail(message + " — CI=true, so this is a failure, not a skip", pytrace=False)
+        pytest.skip(message)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the Python package playwright is missing: pip install -r requirements.txt", pytrace=False)
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile, sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            profile, executable_path=executable, headless=True, args=LAUNCH_FLAGS, viewport=viewport,
+            service_workers="block")
+        try:
+            yield context
+        finally:
+            context.close()
 
 
 def html_dir():
@@ -424,3 +473,175 @@ CHAPTER_FACTS_JS = r"""
   };
 }
 """
+
+
+# ------------------------------------------------------------------ layout: does the page fit?
+
+#: The two widths every page is measured at: a laptop window and a phone.
+LAYOUTS = {"laptop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+
+# JavaScript that unfolds what a reader can unfold (solutions, <details>) and measures, for every
+# display equation, code block, cell output, table and image of the article, its content width
+# against its own box and against the text column, and the page's width against the viewport.
+LAYOUT_FACTS_JS = r"""
+async () => {
+  for (const d of document.querySelectorAll('details')) d.open = true;
+  for (const t of document.querySelectorAll('.toggle.toggle-hidden, .toggle-hidden')) {
+    const button = t.querySelector(':scope > .toggle-button, :scope > .admonition-title');
+    if (button) button.click();
+    t.classList.remove('toggle-hidden');
+  }
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const viewport = document.documentElement.clientWidth;
+  const article = document.querySelector('article.bd-article') || document.querySelector('article') || document.body;
+  const box = article.getBoundingClientRect(), style = getComputedStyle(article);
+  const column = [box.left + parseFloat(style.paddingLeft), box.right - parseFloat(style.paddingRight)];
+  const scrollsX = e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowX);
+  const clipsX = e => ['hidden', 'clip'].includes(getComputedStyle(e).overflowX);
+  const describe = e => {
+    const anchor = e.closest('[id]');
+    return (anchor ? '#' + anchor.id + ': ' : '') + (e.textContent || '').replace(/\s+/g, ' ').trim().slice(0, 60);
+  };
+  // the nearest ancestor inside the article (or the element itself) that scrolls or clips sideways
+  const container = e => {
+    for (let a = e; a && a !== article && a !== document.body; a = a.parentElement) {
+      if (scrollsX(a) || clipsX(a)) return a;
+    }
+    return null;
+  };
+  const kinds = [
+    ['equation', 'mjx-container[display="true"]'],
+    ['output', '.cell_output pre, div.output pre'],
+    ['code', 'div.highlight > pre'],
+    ['table', 'table'],
+    ['image', 'img'],
+  ];
+  const seen = new Set(), boxes = [];
+  for (const [kind, selector] of kinds) {
+    for (const e of article.querySelectorAll(selector)) {
+      if (seen.has(e)) continue;
+      seen.add(e);
+      const r = e.getBoundingClientRect();
+      if (r.width === 0 && r.height === 0) continue;  // not displayed
+      // a display equation's content is its mjx-math child; a box's is its scroll width
+      const content = kind === 'equation'
+        ? Math.max(e.scrollWidth, ...[...e.children].map(c => c.getBoundingClientRect().width)) : e.scrollWidth;
+      const holder = container(e);
+      const hr = holder ? holder.getBoundingClientRect() : null;
+      boxes.push({
+        kind, where: describe(e),
+        content: Math.round(content), room: e.clientWidth,
+        left: Math.round(r.left), right: Math.round(r.right),
+        // who shows the overflow: the box itself or an ancestor that scrolls or clips sideways
+        holder: holder ? {self: holder === e, scrolls: scrollsX(holder), clips: clipsX(holder),
+                          left: Math.round(hr.left), right: Math.round(hr.right),
+                          content: holder.scrollWidth, room: holder.clientWidth} : null,
+      });
+    }
+  }
+  // the elements that push the page sideways: the deepest ones reaching past the viewport
+  // (an element's reach includes text that overflows its box, as a long unbreakable word does)
+  const reach = e => {
+    const r = e.getBoundingClientRect();
+    return scrollsX(e) || clipsX(e) ? r.right : r.left + Math.max(r.width, e.scrollWidth);
+  };
+  const spill = [];
+  if (document.documentElement.scrollWidth > viewport + 1) {
+    for (const e of document.body.querySelectorAll('*')) {
+      const right = reach(e);
+      if (right <= viewport + 1 || !e.getClientRects().length || container(e.parentElement || e)) continue;
+      if ([...e.children].some(c => reach(c) > viewport + 1)) continue;
+      spill.push(e.tagName.toLowerCase() + ' ' + describe(e) + ` (reaching ${Math.round(right)} px)`);
+    }
+  }
+  return {viewport, pageWidth: document.documentElement.scrollWidth,
+          column: column.map(Math.round), boxes, spill: spill.slice(0, 10)};
+}
+"""
+
+#: Boxes that may scroll sideways inside their own frame on a phone (never on a laptop).
+SCROLL_ON_PHONE = {"equation", "code", "table"}
+
+
+def layout_problems(facts, layout):
+    """Judge one page's LAYOUT_FACTS_JS at ``layout`` ("laptop" or "phone"); returns problems.
+
+    Every width: the page is no wider than the viewport, and no content is cut off (an overflowing
+    box scrolls, it is never clipped). Laptop: no equation, code block, output, table or image is
+    wider than its box or the text column. Phone: cell outputs and images still fit (outputs wrap);
+    code blocks, display equations and tables may scroll sideways, each inside its own frame.
+
+    >>> fits = {"kind": "code", "where": "x", "content": 600, "room": 600, "left": 10, "right": 610, "holder": None}
+    >>> page = {"viewport": 1280, "pageWidth": 1280, "column": [10, 700], "boxes": [fits], "spill": []}
+    >>> layout_problems(page, "laptop")
+    []
+    >>> wide = dict(fits, content=900, holder={"self": True, "scrolls": True, "clips": False, "left": 10,
+    ...                                        "right": 610, "content": 900, "room": 600})
+    >>> layout_problems(dict(page, boxes=[wide]), "laptop")
+    ['code wider than its box (900 px of content in 600 px, scrolls sideways) at x']
+    >>> layout_problems(dict(page, boxes=[wide], viewport=390, pageWidth=390), "phone")
+    []
+    """
+    problems = []
+    if facts["pageWidth"] > facts["viewport"] + 1:
+        problems.append(f"the page is {facts['pageWidth']} px wide in a {facts['viewport']} px window"
+                        + "".join(f"\n      pushed by {s}" for s in facts["spill"]))
+    left, right = facts["column"]
+    for b in facts["boxes"]:
+        holder = b["holder"]
+        scrolls_inside = bool(holder and holder["scrolls"] and holder["left"] >= left - 1 and holder["right"] <= right + 1)
+        allowed = layout == "phone" and b["kind"] in SCROLL_ON_PHONE and scrolls_inside
+        overflow = []
+        if b["content"] > b["room"] + 1:
+            how = "scrolls sideways" if holder and holder["scrolls"] else "cut off" if holder and holder["clips"] else "spills out"
+            overflow.append(f"wider than its box ({b['content']} px of content in {b['room']} px, {how})")
+        if b["left"] < left - 1 or b["right"] > right + 1:
+            overflow.append(f"outside the text column ({b['left']}..{b['right']} px, column {left}..{right} px)")
+        if holder and holder["clips"] and holder["content"] > holder["room"] + 1:
+            overflow.append("cut off by a frame that hides what does not fit")
+            allowed = False
+        if overflow and not allowed:
+            problems += [f"{b['kind']} {o} at {b['where']}" for o in overflow]
+    return problems
+
+
+# ------------------------------------------------------------ paths of the machine that built it
+
+_TEXT_SUFFIXES = {".html", ".js", ".css", ".txt", ".ipynb", ".md", ".json", ".svg", ".xml", ".inv"}
+
+
+def machine_paths(html):
+    """Absolute paths of the machine that built ``html`` that no page may show: the repository, the
+    build folder, the Python environment, the home and temporary folders, installed packages."""
+    import site
+    import sys
+
+    roots = {str(ROOT), str(pathlib.Path(html).resolve().parents[1]), sys.prefix, sys.base_prefix,
+             str(pathlib.Path.home()), tempfile.gettempdir(), *site.getsitepackages()}
+    paths = {p.rstrip("/") + "/" for p in roots if p and p.strip("/")}  # "/" itself is no clue
+    return sorted(paths | {"/site-packages/", "/dist-packages/"}, key=len, reverse=True)
+
+
+def absolute_path_leaks(text, paths):
+    """The places in ``text`` that show one of ``paths`` (see machine_paths), with some context.
+
+    >>> absolute_path_leaks('File <span>/home/ci/repo/src/x.py:3</span> in f', ["/home/ci/repo/"])
+    ['/home/ci/repo/src/x.py:3']
+    >>> absolute_path_leaks("a relative ../_static/x.js and /usr/share/x", ["/home/ci/repo/"])
+    []
+    """
+    pattern = re.compile("(?:" + "|".join(re.escape(p) for p in paths) + r")[^\s<>\"',]*")
+    return [m.group(0) for m in pattern.finditer(text)]
+
+
+def path_leaks_in_build(html, paths=None):
+    """Every built text file under ``html`` that shows a build-machine path: ``{file: [leaks]}``."""
+    html = pathlib.Path(html)
+    paths = paths or machine_paths(html)
+    found = {}
+    for path in sorted(html.rglob("*")):
+        if path.suffix in _TEXT_SUFFIXES and path.is_file():
+            leaks = absolute_path_leaks(path.read_text(encoding="utf-8", errors="replace"), paths)
+            if leaks:
+                found[path.relative_to(html).as_posix()] = leaks
+    return found

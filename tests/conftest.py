@@ -2,5 +2,7 @@
 
 from hypothesis import settings
 
-settings.register_profile("course", max_examples=40, deadline=None, derandomize=True, database=None)
+settings.register_profile(
+    "course", max_examples=40, deadline=None, derandomize=True, database=None
+)
 settings.load_profile("course")

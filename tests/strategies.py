@@ -11,7 +11,9 @@ sizes = st.integers(min_value=1, max_value=5)
 
 def matrices(shape, scale=3.0):
     """Float64 arrays of ``shape`` with entries in [-scale, scale]."""
-    return arrays(np.float64, shape, elements=st.floats(-scale, scale, allow_nan=False, width=64))
+    return arrays(
+        np.float64, shape, elements=st.floats(-scale, scale, allow_nan=False, width=64)
+    )
 
 
 def masks(shape):

@@ -1,4 +1,5 @@
-"""Tests of attncourse.bigram: counts, the conditional entropy, the model composed of layer pairs, training."""
+"""Tests of attncourse.bigram: counts, the conditional entropy, the model composed of
+layer pairs, training."""
 
 import collections
 
@@ -26,7 +27,8 @@ MARGIN = 0.01  # nats, fixed before training: final training loss within H + MAR
 
 
 def entropy_by_counting(text):
-    """H(next | current) from Python counters over character pairs: shares no code with the package."""
+    """H(next | current) from Python counters over character pairs: shares no code with
+    the package."""
     pairs = collections.Counter(zip(text, text[1:]))
     first = collections.Counter(a for a, _ in zip(text, text[1:]))
     n = sum(pairs.values())
@@ -46,8 +48,13 @@ def test_counts_match_a_python_counter():
 
 def test_entropy_of_known_tables():
     assert conditional_entropy(np.array([[0, 5], [5, 0]])) == 0.0  # deterministic
-    assert_allclose(conditional_entropy(np.full((4, 4), 3)), np.log(4), rtol=4 * EPS)  # uniform
-    assert_allclose(conditional_entropy(np.array([[1, 3], [0, 0]])), -(0.25 * np.log(0.25) + 0.75 * np.log(0.75)), rtol=4 * EPS)
+    # uniform
+    assert_allclose(conditional_entropy(np.full((4, 4), 3)), np.log(4), rtol=4 * EPS)
+    assert_allclose(
+        conditional_entropy(np.array([[1, 3], [0, 0]])),
+        -(0.25 * np.log(0.25) + 0.75 * np.log(0.75)),
+        rtol=4 * EPS,
+    )
 
 
 def test_training_reaches_the_conditional_entropy():
@@ -56,9 +63,11 @@ def test_training_reaches_the_conditional_entropy():
     ids = encode(text, vocab)
     H = entropy_by_counting(text)
     params, losses = train_bigram(ids, len(vocab), D=8, steps=400, lr=2.0, seed=0)
-    assert abs(losses[0] - np.log(len(vocab))) < 0.01  # a small initialisation starts near uniform
+    # a small initialisation starts near uniform
+    assert abs(losses[0] - np.log(len(vocab))) < 0.01
     assert H <= losses[-1] <= H + MARGIN
-    assert np.all(np.diff(losses) < 0)  # plain gradient descent at this rate decreases every step
+    # plain gradient descent at this rate decreases every step
+    assert np.all(np.diff(losses) < 0)
     P = bigram_probabilities(params)
     assert_allclose(P.sum(axis=1), 1.0, rtol=0, atol=16 * EPS)
 
@@ -76,13 +85,16 @@ def test_training_is_deterministic_for_a_seed():
 
 
 def bigram_forward(params, x, *, targets):
-    """The bigram model as a pair: ``loss, saved`` from ids ``x``; the backward scales the gradients."""
+    """The bigram model as a pair: ``loss, saved`` from ids ``x``; the backward scales
+    the gradients."""
     loss, grads = bigram_loss_and_grads(params, x, targets)
     return loss, grads
 
 
 def bigram_backward(params, grads, dloss):
-    return {layer: {k: float(dloss) * g for k, g in grads[layer].items()} for layer in grads}, None
+    return {
+        layer: {k: float(dloss) * g for k, g in grads[layer].items()} for layer in grads
+    }, None
 
 
 def test_gradients_match_finite_differences():
@@ -92,14 +104,18 @@ def test_gradients_match_finite_differences():
     x, y = bigram_pairs(ids)
     params = init_bigram(n_vocab, D, seed=3, scale=1.0)
     loss, grads = bigram_loss_and_grads(params, x, y)
-    assert {k: g.shape for k, g in flatten_params(grads).items()} == {"embed.E": (6, 4), "unembed.W": (4, 6)}
+    assert {k: g.shape for k, g in flatten_params(grads).items()} == {
+        "embed.E": (6, 4),
+        "unembed.W": (4, 6),
+    }
     report = layer_gradcheck(bigram_forward, bigram_backward, params, x, targets=y)
     assert report.passed, report
     assert {name for name, _ in report.errors} == {"embed.E", "unembed.W"}
 
 
 def test_gradients_with_the_layers_swapped_are_caught():
-    # fault control: the embedding gradient handed to the unembedding and back is not the gradient
+    # fault control: the embedding gradient handed to the unembedding and back is not
+    # the gradient
     rng = np.random.default_rng(11)
     ids = rng.integers(0, 5, size=30)
     x, y = bigram_pairs(ids)
@@ -107,31 +123,51 @@ def test_gradients_with_the_layers_swapped_are_caught():
 
     def swapped(params, grads, dloss):
         good, _ = bigram_backward(params, grads, dloss)
-        return {"embed": {"E": good["unembed"]["W"]}, "unembed": {"W": good["embed"]["E"]}}, None
+        return {
+            "embed": {"E": good["unembed"]["W"]},
+            "unembed": {"W": good["embed"]["E"]},
+        }, None
 
     assert not layer_gradcheck(bigram_forward, swapped, params, x, targets=y).passed
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match=r"at least 2 ids to form pairs, got shape \(1,\)"):
+    with pytest.raises(
+        ValueError, match=r"at least 2 ids to form pairs, got shape \(1,\)"
+    ):
         bigram_pairs([3])
-    with pytest.raises(ValueError, match=r"out of range for a vocabulary of 3 tokens.*\[3\]"):
+    with pytest.raises(
+        ValueError, match=r"out of range for a vocabulary of 3 tokens.*\[3\]"
+    ):
         bigram_counts([0, 3], 3)
-    with pytest.raises(ValueError, match=r"square matrix \(n_vocab, n_vocab\), got shape \(2, 3\)"):
+    with pytest.raises(
+        ValueError, match=r"square matrix \(n_vocab, n_vocab\), got shape \(2, 3\)"
+    ):
         conditional_entropy(np.ones((2, 3)))
     with pytest.raises(ValueError, match="non-negative"):
         conditional_entropy(np.array([[1, -1], [0, 1]]))
     with pytest.raises(ValueError, match="all zero"):
         conditional_entropy(np.zeros((2, 2)))
-    with pytest.raises(ValueError, match=r"sizes must be positive integers: D=0 \(got n_vocab=3, D=0\)"):
+    with pytest.raises(
+        ValueError, match=r"sizes must be positive integers: D=0 \(got n_vocab=3, D=0\)"
+    ):
         init_bigram(3, 0)
-    with pytest.raises(ValueError, match=r"need E \(n_vocab, D\) and U \(D, n_vocab\), got E \(3, 2\) and U \(3, 2\)"):
-        bigram_probabilities({"embed": {"E": np.ones((3, 2))}, "unembed": {"W": np.ones((3, 2))}})
+    with pytest.raises(
+        ValueError,
+        match=r"need E \(n_vocab, D\) and U \(D, n_vocab\), got E \(3, 2\) and U \(3, "
+            r"2\)",
+    ):
+        bigram_probabilities(
+            {"embed": {"E": np.ones((3, 2))}, "unembed": {"W": np.ones((3, 2))}}
+        )
     with pytest.raises(ValueError, match=r"bigram params lack \['unembed'\]"):
         bigram_probabilities({"embed": {"E": np.ones((3, 2))}, "U": np.ones((2, 3))})
     with pytest.raises(ValueError, match="learning rate must be positive, got -1.0"):
         train_bigram([0, 1, 0], 2, lr=-1.0)
-    with pytest.raises(ValueError, match=r"sizes must be non-negative integers: steps=-1 \(got steps=-1\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"sizes must be non-negative integers: steps=-1 \(got steps=-1\)",
+    ):
         train_bigram([0, 1, 0], 2, steps=-1)
 
 
@@ -142,6 +178,7 @@ def test_entropy_bounds_and_minimality(seq):
     H = conditional_entropy(C)
     assert -1e-15 <= H <= np.log(5) + 1e-12
     # the count-based conditional is the best bigram table: any other table scores worse
-    q_table = (C + 0.5) / (C.sum(axis=1, keepdims=True) + 2.5)  # smoothed: every row sums to one
+    # smoothed: every row sums to one
+    q_table = (C + 0.5) / (C.sum(axis=1, keepdims=True) + 2.5)
     x, y = bigram_pairs(ids)
     assert np.mean(-np.log(q_table[x, y])) >= H - 1e-12

@@ -1,4 +1,5 @@
-"""The built HTML book read as files: complete, free of CDNs, and wired to the repository once.
+"""The built HTML book read as files: complete, free of CDNs, and wired to the
+repository once.
 
 The book (``_build/html``, or ``$BOOK_HTML``) is built first if it is missing.
 """
@@ -42,20 +43,33 @@ def toc_files(entry):
 def test_every_toc_entry_has_a_built_page(html):
     files = toc_files(yaml.safe_load((ROOT / "_toc.yml").read_text()))
     assert "book/intro" in files and "book/glossary" in files
-    missing = [f for f in files if not (html / (pathlib.PurePosixPath(f).with_suffix("").as_posix() + ".html")).is_file()]
-    assert not missing, f"not in the build {html} (stale build? rebuild the book): {missing}"
+    missing = [
+        f
+        for f in files
+        if not (
+            html / (pathlib.PurePosixPath(f).with_suffix("").as_posix() + ".html")
+        ).is_file()
+    ]
+    assert not missing, (
+        f"not in the build {html} (stale build? rebuild the book): {missing}"
+    )
 
 
 def offline_problems(html):
-    """CDN host names and loads from other hosts, in every HTML page and every stylesheet."""
+    """CDN host names and loads from other hosts, in every HTML page and every
+    stylesheet."""
     problems = []
     for rel in booksite.book_pages(html):
         text = (html / rel).read_text(encoding="utf-8")
         problems += [f"{rel}: names the CDN {h}" for h in booksite.cdn_references(text)]
         problems += [f"{rel}: loads {r}" for r in booksite.external_resources(text)]
     for css in sorted(html.glob("_static/**/*.css")):
-        problems += [f"{css.relative_to(html)}: loads {r}"
-                     for r in booksite.external_resources(css.read_text(encoding="utf-8", errors="replace"), css=True)]
+        problems += [
+            f"{css.relative_to(html)}: loads {r}"
+            for r in booksite.external_resources(
+                css.read_text(encoding="utf-8", errors="replace"), css=True
+            )
+        ]
     return problems
 
 
@@ -67,12 +81,18 @@ def test_no_page_names_a_cdn_or_loads_from_another_host(html):
 def test_fault_control_offline_check_flags_planted_cdn_references(tmp_path):
     (tmp_path / "_static").mkdir()
     (tmp_path / "a.html").write_text(
-        '<script>const THEBE_JS_URL = "https://unpkg.com/thebe@0.8.2/lib/index.js"</script>'
+        '<script>const THEBE_JS_URL = '
+        '"https://unpkg.com/thebe@0.8.2/lib/index.js"</script>'
         '<link rel="stylesheet" href="https://fonts.googleapis.com/css2?family=Lato">'
         '<img src="//cdn.example.org/figure.png" alt="x">'
-        '<a href="https://mybinder.org/v2/gh/o/r/main">a hyperlink, not a load</a>')
-    (tmp_path / "b.html").write_text('<a href="a.html">only local</a><img src="_images/x.png" alt="x">')
-    (tmp_path / "_static" / "theme.css").write_text("@font-face { src: url('https://fonts.gstatic.com/x.woff2') }")
+        '<a href="https://mybinder.org/v2/gh/o/r/main">a hyperlink, not a load</a>'
+    )
+    (tmp_path / "b.html").write_text(
+        '<a href="a.html">only local</a><img src="_images/x.png" alt="x">'
+    )
+    (tmp_path / "_static" / "theme.css").write_text(
+        "@font-face { src: url('https://fonts.gstatic.com/x.woff2') }"
+    )
     assert offline_problems(tmp_path) == [
         "a.html: names the CDN unpkg.com",
         "a.html: names the CDN fonts.googleapis.com",
@@ -87,12 +107,26 @@ def test_repository_url_is_written_once():
     slug = urllib.parse.urlsplit(url).path.strip("/")
     assert re.fullmatch(r"[\w.-]+/[\w.-]+", slug), url
     assert (ROOT / "_config.yml").read_text().count(slug) == 1
-    sources = [ROOT / "_toc.yml", *sorted((ROOT / "book").glob("*.md")), *sorted((ROOT / "chapters").glob("*.ipynb"))]
+    sources = [ROOT / "_toc.yml", *sorted((ROOT / "book").glob("*.md"))]
     assert [p.name for p in sources if slug in p.read_text()] == []
+    # a chapter carries it only in its setup cell, which tools/notebook_setup.py writes
+    # from _config.yml (Colab cannot read _config.yml) and tests/test_notebooks.py
+    # checks
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        elsewhere = [
+            c.get("id")
+            for c in cells
+            if slug in "".join(c["source"]) and c.get("id") != "course-setup"
+        ]
+        assert elsewhere == [], (
+            f"{path.name}: the address is written in cells {elsewhere}"
+        )
 
 
 def launch_problems(page_html, rel, config):
-    """What a chapter page lacks of the download button and the launch links derived from ``config``."""
+    """What a chapter page lacks of the download button and the launch links derived
+    from ``config``."""
     hrefs = set(re.findall(r'href="([^"]+)"', page_html))
     repo = config["repository"]
     slug = urllib.parse.urlsplit(repo["url"]).path.strip("/")
@@ -101,11 +135,14 @@ def launch_problems(page_html, rel, config):
     launch = config["launch_buttons"]
     expected = {
         "repository button": repo["url"],
-        "Binder link": f"{launch['binderhub_url']}/v2/gh/{slug}/{branch}?urlpath=lab/tree/{notebook}",
+        "Binder link": f"{launch['binderhub_url']}/v2/gh/{slug}/{branch}"
+        f"?urlpath=lab/tree/{notebook}",
         "Colab link": f"{launch['colab_url']}/github/{slug}/blob/{branch}/{notebook}",
         "download button": "../" * rel.count("/") + f"_sources/{notebook}",
     }
-    return [f"no {name} ({href})" for name, href in expected.items() if href not in hrefs]
+    return [
+        f"no {name} ({href})" for name, href in expected.items() if href not in hrefs
+    ]
 
 
 def test_chapter_pages_offer_download_and_launch(html):
@@ -113,29 +150,56 @@ def test_chapter_pages_offer_download_and_launch(html):
     assert pages, "no chapter page was built"
     problems = []
     for rel in pages:
-        problems += [f"{rel}: {p}" for p in launch_problems((html / rel).read_text(encoding="utf-8"), rel, CONFIG)]
+        problems += [
+            f"{rel}: {p}"
+            for p in launch_problems(
+                (html / rel).read_text(encoding="utf-8"), rel, CONFIG
+            )
+        ]
         download = html / "_sources" / (rel.removesuffix(".html") + ".ipynb")
         source = ROOT / (rel.removesuffix(".html") + ".ipynb")
         if not download.is_file():
             problems.append(f"{rel}: the download {download.name} is missing")
         elif not source.is_file():
-            problems.append(f"{rel}: no notebook {source.relative_to(ROOT)} in the repository (stale build?)")
-        elif [c["source"] for c in json.loads(download.read_text())["cells"]] != \
-                [c["source"] for c in json.loads(source.read_text())["cells"]]:
-            problems.append(f"{rel}: the download differs from {source.relative_to(ROOT)} (stale build?)")
+            problems.append(
+                f"{rel}: no notebook {source.relative_to(ROOT)} in the repository "
+                "(stale build?)"
+            )
+        elif [c["source"] for c in json.loads(download.read_text())["cells"]] != [
+            c["source"] for c in json.loads(source.read_text())["cells"]
+        ]:
+            problems.append(
+                f"{rel}: the download differs from {source.relative_to(ROOT)} "
+                "(stale build?)"
+            )
     assert not problems, "\n".join(problems)
 
 
 def test_fault_control_launch_check_flags_a_page_without_launch_links():
     rel = "chapters/09_demo.html"
-    good = ('<a href="https://github.com/o/r"></a><a href="../_sources/chapters/09_demo.ipynb"></a>'
-            '<a href="https://mybinder.org/v2/gh/o/r/main?urlpath=lab/tree/chapters/09_demo.ipynb"></a>'
-            '<a href="https://colab.research.google.com/github/o/r/blob/main/chapters/09_demo.ipynb"></a>')
-    config = {"repository": {"url": "https://github.com/o/r", "branch": "main"},
-              "launch_buttons": {"binderhub_url": "https://mybinder.org",
-                                 "colab_url": "https://colab.research.google.com"}}
+    good = (
+        '<a href="https://github.com/o/r"></a>'
+        '<a href="../_sources/chapters/09_demo.ipynb"></a>'
+        '<a href="https://mybinder.org/v2/gh/o/r/main'
+        '?urlpath=lab/tree/chapters/09_demo.ipynb"></a>'
+        '<a href="https://colab.research.google.com/github/o/r/blob/main/'
+        'chapters/09_demo.ipynb"></a>'
+    )
+    config = {
+        "repository": {"url": "https://github.com/o/r", "branch": "main"},
+        "launch_buttons": {
+            "binderhub_url": "https://mybinder.org",
+            "colab_url": "https://colab.research.google.com",
+        },
+    }
     assert launch_problems(good, rel, config) == []
-    moved = dict(config, repository={"url": "https://github.com/o/other", "branch": "main"})
-    assert len(launch_problems(good, rel, moved)) == 3  # every launch link follows repository.url
-    assert launch_problems(re.sub(r'<a href="https://colab[^>]*></a>', "", good), rel, config) == [
-        "no Colab link (https://colab.research.google.com/github/o/r/blob/main/chapters/09_demo.ipynb)"]
+    moved = dict(
+        config, repository={"url": "https://github.com/o/other", "branch": "main"}
+    )
+    # every launch link follows repository.url
+    assert len(launch_problems(good, rel, moved)) == 3
+    assert launch_problems(
+        re.sub(r'<a href="https://colab[^>]*></a>', "", good), rel, config
+    ) == [
+        "no Colab link (https://colab.research.google.com/github/o/r/blob/main/chapters/09_demo.ipynb)"
+    ]

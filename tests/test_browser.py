@@ -7,18 +7,16 @@ visible, every image loaded, no console error, no request that left the machine,
 link leading to a built page and an existing anchor. Each page is also opened from disk
 (``file://``), as a reader with the folder and no network would. The search page must find
 "softmax", and each chapter page must have learning goals, a summary, referenced numbered
-equations, and exercises whose solutions open as dropdowns. One screenshot per page is written to
-``_build/screenshots/``. Planted faults show that each check can fail.
+equations, and exercises whose solutions open as dropdowns. Every page must fit a 1280 px window
+and a 390 px phone (the criteria are written above ``layouts`` below). One screenshot per page is
+written to ``_build/screenshots/``. Planted faults show that each check can fail.
 
 Without a Chromium these tests skip, except under CI (``CI=true``), where they fail.
 """
 
 import dataclasses
-import os
-import pathlib
 import re
 import shutil
-import tempfile
 import urllib.parse
 
 import pytest
@@ -27,49 +25,15 @@ import booksite
 
 pytestmark = pytest.mark.book  # slow: the fast set is pytest -m "not book"
 
-IN_CI = os.environ.get("CI", "").lower() == "true"
-
-LAUNCH_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-default-apps", "--disable-extensions",
-    # no name resolves except the loopback address: nothing can leave the machine
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-]
 VIEWPORT = {"width": 1280, "height": 900}
 REFRESH = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.IGNORECASE)
-
-
-def find_chromium():
-    """The Chromium executable to drive: ``$CHROMIUM``, else ``chromium`` on the PATH, else None."""
-    for candidate in (os.environ.get("CHROMIUM"), shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and pathlib.Path(candidate).is_file():
-            return candidate
-    return None
 
 
 @pytest.fixture(scope="module")
 def browser():
     """One headless Chromium with a fresh profile (a playwright browser context)."""
-    executable = find_chromium()
-    if executable is None:
-        message = ("no Chromium browser found: install Debian's package `chromium` "
-                   "(apt-get install -y chromium) to run the browser tests of the book")
-        if IN_CI:
-            pytest.fail(message + " — CI=true, so this is a failure, not a skip", pytrace=False)
-        pytest.skip(message)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the Python package playwright is missing: pip install -r requirements.txt", pytrace=False)
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile, sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(
-            profile, executable_path=executable, headless=True, args=LAUNCH_FLAGS, viewport=VIEWPORT,
-            service_workers="block")
-        try:
-            yield context
-        finally:
-            context.close()
+    with booksite.chromium(VIEWPORT) as context:
+        yield context
 
 
 @dataclasses.dataclass
@@ -81,13 +45,16 @@ class Record:
     local: list = dataclasses.field(default_factory=list)      # local resources that loaded
 
 
-def open_page(context, url, local_prefix, source=""):
+def open_page(context, url, local_prefix, source="", viewport=None):
     """Open ``url`` in a new tab, refusing every request outside ``local_prefix``.
 
-    ``source`` is the page's HTML as stored (to recognise a redirect page, whose target is judged).
-    Returns the tab, its Record and the facts of booksite.COLLECT_FACTS_JS. Close the tab after use.
+    ``source`` is the page's HTML as stored (to recognise a redirect page, whose target is judged);
+    ``viewport`` a window size other than VIEWPORT. Returns the tab, its Record and the facts of
+    booksite.COLLECT_FACTS_JS. Close the tab after use.
     """
     page = context.new_page()
+    if viewport:
+        page.set_viewport_size(viewport)
     record = Record()
 
     def is_local(u):
@@ -269,6 +236,88 @@ def test_every_numbered_equation_is_referenced_from_the_prose(visits, site):
                 for page, visit in visits.items() if visit.chapter
                 for a in booksite.unreferenced_equations(visit.chapter, refs)]
     assert_none(problems)
+
+
+# ------------------------------------------------------------------------ pages that fit
+# Criteria (booksite.layout_problems), measured on every page at 1280x800 and at 390x844 with every
+# solution and <details> unfolded:
+# - at both widths the page itself is never wider than the window, and nothing is cut off (a box
+#   whose content does not fit scrolls; it never hides the rest);
+# - at 1280 px no display equation, code block, cell output, table or image is wider than its box
+#   or the text column: nothing scrolls sideways (long equations are split, code lines are short);
+# - at 390 px cell outputs and images still fit (outputs wrap), while a code block, a display
+#   equation or a table may scroll sideways inside its own frame within the column: re-wrapping
+#   code or mathematics to a phone's 40-odd characters would make it harder, not easier, to read.
+
+@pytest.fixture(scope="module")
+def layouts(browser, site, html):
+    """LAYOUT_FACTS_JS of every page at each of booksite.LAYOUTS, by (layout, page)."""
+    result = {}
+    for layout, viewport in booksite.LAYOUTS.items():
+        for rel in booksite.book_pages(html):
+            page, _, _ = open_page(browser, site.url(rel), site.origin + "/", (html / rel).read_text(), viewport)
+            try:
+                result[layout, rel] = page.evaluate(booksite.LAYOUT_FACTS_JS)
+            finally:
+                page.close()
+    return result
+
+
+def layout_report(layouts, layout):
+    return [f"{rel} at {booksite.LAYOUTS[layout]['width']} px: {p}" for (name, rel), facts in layouts.items()
+            if name == layout for p in booksite.layout_problems(facts, layout)]
+
+
+def test_layouts_measured_what_they_should(layouts):
+    kinds = {b["kind"] for (layout, rel), facts in layouts.items() for b in facts["boxes"]}
+    assert {"equation", "code", "output", "table", "image"} <= kinds, kinds
+    for (layout, rel), facts in layouts.items():
+        assert facts["viewport"] == booksite.LAYOUTS[layout]["width"], (layout, rel, facts["viewport"])
+
+
+def test_pages_fit_a_laptop_window(layouts):
+    assert_none(layout_report(layouts, "laptop"))
+
+
+def test_pages_fit_a_phone(layouts):
+    assert_none(layout_report(layouts, "phone"))
+
+
+PLANT_WIDE_CONTENT_JS = r"""
+async () => {
+  const article = document.querySelector('article.bd-article');
+  const plant = html => { const d = document.createElement('div'); d.innerHTML = html; article.appendChild(d); return d; };
+  plant('<div class="highlight"><pre id="planted-code">x = ' + '1 + '.repeat(40) + '1</pre></div>');
+  plant('<div class="highlight"><pre id="planted-clipped" style="overflow-x: hidden">y = ' + '2 + '.repeat(40) + '2</pre></div>');
+  plant('<div class="cell_output"><div class="output stream highlight-myst-ansi"><div class="highlight">'
+        + '<pre id="planted-output" style="white-space: pre">' + 'word '.repeat(60) + '</pre></div></div></div>');
+  plant('<div class="pst-scrollable-table-container"><table id="planted-table"><tr>'
+        + '<td>a_table_cell</td>'.repeat(40) + '</tr></table></div>');
+  plant('<p id="planted-word">' + 'unbreakable'.repeat(5) + '</p>');
+  const math = plant('<div class="math notranslate nohighlight" id="planted-equation">\\[' + 'a_1 + '.repeat(50) + 'a_2\\]</div>');
+  await MathJax.typesetPromise([math]);
+  return math.querySelectorAll('mjx-container[display="true"]').length;  // typeset: 1
+}
+"""
+PLANTED = {"laptop": {"planted-code", "planted-clipped", "planted-output", "planted-table", "planted-equation"},
+           # on a phone code, equations and tables may scroll in their own frame; a clipped
+           # block, an output that does not wrap and a word that pushes the page may not
+           "phone": {"planted-clipped", "planted-output", "planted-word"}}
+
+
+@pytest.mark.parametrize("layout", sorted(booksite.LAYOUTS))
+def test_fault_control_wide_content_is_flagged(browser, site, html, layout):
+    rel = booksite.chapter_pages(html)[0]
+    page, _, _ = open_page(browser, site.url(rel), site.origin + "/", viewport=booksite.LAYOUTS[layout])
+    try:
+        before = booksite.layout_problems(page.evaluate(booksite.LAYOUT_FACTS_JS), layout)
+        assert page.evaluate(PLANT_WIDE_CONTENT_JS) == 1, "the planted equation was not typeset"
+        after = booksite.layout_problems(page.evaluate(booksite.LAYOUT_FACTS_JS), layout)
+    finally:
+        page.close()
+    new = [p for p in after if p not in before]
+    flagged = {name for name in PLANTED["laptop"] | PLANTED["phone"] if any(name in p for p in new)}
+    assert flagged == PLANTED[layout], "\n".join(new)
 
 
 def search(browser, url, local_prefix, screenshot=None):

@@ -1,4 +1,5 @@
-"""Tests of attncourse.cost: the counting model against a reference that counts with loops."""
+"""Tests of attncourse.cost: the counting model against a reference that counts with
+loops."""
 
 import numpy as np
 import pytest
@@ -6,8 +7,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from attncourse.cost import (AttentionCost, ModelFlops, attention_cost, counted_head_forward,
-                             counted_model_flops, model_flops_per_token, model_parameter_count)
+from attncourse.cost import (
+    AttentionCost,
+    ModelFlops,
+    attention_cost,
+    counted_head_forward,
+    counted_model_flops,
+    model_flops_per_token,
+    model_parameter_count,
+)
 from attncourse.examples import random_head
 from attncourse.layers.head import head_forward
 from attncourse.model import ModelConfig, count_parameters, init_model, model_forward
@@ -15,19 +23,32 @@ from attncourse.model import ModelConfig, count_parameters, init_model, model_fo
 
 def test_formula_values():
     c = attention_cost(T=5, D=7, d=3, r=4)
-    assert c == AttentionCost(projections=5 * 7 * (2 * 3 + 4), scores=25 * 3, output=25 * 4, weights_stored=25)
+    assert c == AttentionCost(
+        projections=5 * 7 * (2 * 3 + 4), scores=25 * 3, output=25 * 4, weights_stored=25
+    )
     assert c.multiply_adds == 350 + 75 + 100
 
 
-@pytest.mark.parametrize("sizes, shown", [
-    (dict(T=0, D=2, d=2, r=2), "T=0"), (dict(T=2, D=2, d=-1, r=2), "d=-1"), (dict(T=2.0, D=2, d=2, r=2), "T=2.0"),
-])
+@pytest.mark.parametrize(
+    "sizes, shown",
+    [
+        (dict(T=0, D=2, d=2, r=2), "T=0"),
+        (dict(T=2, D=2, d=-1, r=2), "d=-1"),
+        (dict(T=2.0, D=2, d=2, r=2), "T=2.0"),
+    ],
+)
 def test_formula_rejects_bad_sizes(sizes, shown):
     with pytest.raises(ValueError, match=f"sizes must be positive integers.*{shown}"):
         attention_cost(**sizes)
 
 
-@given(st.integers(1, 5), st.integers(1, 5), st.integers(1, 4), st.integers(1, 4), st.integers(0, 1000))
+@given(
+    st.integers(1, 5),
+    st.integers(1, 5),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(0, 1000),
+)
 def test_counted_reference_matches_the_formula_and_the_head(T, D, d, r, seed):
     h = random_head(seed=seed, T=T, D=D, d=d, r=r)
     O, A, counted = counted_head_forward(h.X, h.W_Q, h.W_K, h.W_V)
@@ -39,19 +60,31 @@ def test_counted_reference_matches_the_formula_and_the_head(T, D, d, r, seed):
 
 
 def test_swapping_d_and_r_in_the_model_is_caught():
-    # fault control: a model that counts Q K^T with r and A V with d disagrees when d != r
+    # fault control: a model that counts Q K^T with r and A V with d disagrees when d !=
+    # r
     h = random_head(seed=1, T=5, D=7, d=3, r=4)
     counted = counted_head_forward(h.X, h.W_Q, h.W_K, h.W_V)[2]
     T, D, d, r = 5, 7, 3, 4
-    swapped = AttentionCost(projections=T * D * (2 * d + r), scores=T * T * r, output=T * T * d, weights_stored=T * T)
+    swapped = AttentionCost(
+        projections=T * D * (2 * d + r),
+        scores=T * T * r,
+        output=T * T * d,
+        weights_stored=T * T,
+    )
     assert counted != swapped
-    forgot_a_projection = attention_cost(T, D, d, r)._replace(projections=T * D * (d + r))
+    forgot_a_projection = attention_cost(T, D, d, r)._replace(
+        projections=T * D * (d + r)
+    )
     assert counted != forgot_a_projection
 
 
 def test_quadratic_terms_scale_with_T_squared():
     c1, c2 = attention_cost(100, 64, 16, 16), attention_cost(200, 64, 16, 16)
-    assert c2.scores == 4 * c1.scores and c2.output == 4 * c1.output and c2.weights_stored == 4 * c1.weights_stored
+    assert (
+        c2.scores == 4 * c1.scores
+        and c2.output == 4 * c1.output
+        and c2.weights_stored == 4 * c1.weights_stored
+    )
     assert c2.projections == 2 * c1.projections
 
 
@@ -134,12 +167,20 @@ def test_a_formula_that_forgets_A_V_or_the_unembedding_disagrees_with_the_count(
     assert counted != halves  # multiply-adds, not FLOPs
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda c: model_flops_per_token(c, T=7), r"T=7 exceeds the model's T_max=6"),
-    (lambda c: model_flops_per_token(c, T=0), r"sizes must be positive integers: T=0"),
-    (lambda c: model_parameter_count(object()),
-     r"sizes must be positive integers: n_vocab=None"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda c: model_flops_per_token(c, T=7), r"T=7 exceeds the model's T_max=6"),
+        (
+            lambda c: model_flops_per_token(c, T=0),
+            r"sizes must be positive integers: T=0",
+        ),
+        (
+            lambda c: model_parameter_count(object()),
+            r"sizes must be positive integers: n_vocab=None",
+        ),
+    ],
+)
 def test_counting_rejects_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call(ModelConfig(**CONFIGS[0]))

@@ -1,4 +1,5 @@
-"""Tests of attncourse.examples: the worked examples, the transpose pair, the random head, the probe."""
+"""Tests of attncourse.examples: the worked examples, the transpose pair, the random
+head, the probe."""
 
 import math
 
@@ -66,7 +67,9 @@ def test_example2_identical_keys():
     assert probe_objective(O, ex.G) == 5.0
     dQ, dK, _ = attention_backward(Q, K, V, ex.G)
     assert (dQ == 0.0).all()  # exactly
-    assert_allclose(dK, [[LN3 / 2, -math.log(9)], [-LN3 / 2, math.log(9)]], rtol=TIGHT, atol=TIGHT)
+    assert_allclose(
+        dK, [[LN3 / 2, -math.log(9)], [-LN3 / 2, math.log(9)]], rtol=TIGHT, atol=TIGHT
+    )
 
 
 def test_example2_differs_from_example1_only_in_W_K():
@@ -81,7 +84,9 @@ def test_params_is_the_head_layer_dict():
     assert list(ex.params) == ["W_Q", "W_K", "W_V"]
     for name, W in ex.params.items():
         assert W is getattr(ex, name)
-    assert head_objective(*ex) == probe_objective(head_forward(ex.params, ex.X)[0], ex.G)
+    assert head_objective(*ex) == probe_objective(
+        head_forward(ex.params, ex.X)[0], ex.G
+    )
 
 
 def test_examples_return_fresh_arrays():
@@ -92,7 +97,8 @@ def test_examples_return_fresh_arrays():
 
 def test_transpose_pair_exposes_a_missing_transpose():
     Q, K = transpose_pair()
-    assert (Q @ K.T == np.array([[1.0, 4.0], [0.0, 1.0]])).all()  # (2, 2) x (2, 2) -> (2, 2)
+    # (2, 2) x (2, 2) -> (2, 2)
+    assert (Q @ K.T == np.array([[1.0, 4.0], [0.0, 1.0]])).all()
     assert (Q @ K == np.array([[5.0, 2.0], [2.0, 1.0]])).all()
     assert not np.array_equal(K, K.T)
 
@@ -121,39 +127,58 @@ def test_random_head_large_scale_saturates():
     assert A.max(axis=-1).min() > 1 - 1e-6
 
 
-@pytest.mark.parametrize("sizes, shown", [
-    (dict(T=0), "T=0"), (dict(D=-1), "D=-1"), (dict(d=2.5), "d=2.5"), (dict(r=None), "r=None"), (dict(T=True), "T=True"),
-])
+@pytest.mark.parametrize(
+    "sizes, shown",
+    [
+        (dict(T=0), "T=0"),
+        (dict(D=-1), "D=-1"),
+        (dict(d=2.5), "d=2.5"),
+        (dict(r=None), "r=None"),
+        (dict(T=True), "T=True"),
+    ],
+)
 def test_random_head_rejects_bad_sizes(sizes, shown):
     with pytest.raises(ValueError, match=f"sizes must be positive integers.*{shown}"):
         random_head(**sizes)
 
 
 def test_probe_objective_rejects_mismatched_shapes():
-    with pytest.raises(ValueError, match=r"O and G must have the same shape, got O \(2, 3\) and G \(3, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"O and G must have the same shape, got O \(2, 3\) and G \(3, 2\)",
+    ):
         probe_objective(np.ones((2, 3)), np.ones((3, 2)))
 
 
 @given(matrices((3, 4)), matrices((3, 4)))
 def test_probe_objective_has_gradient_G(O, G):
     grad = numerical_gradient(lambda O_: probe_objective(O_, G), O, 1e-3)
-    assert_allclose(grad, G, rtol=1e-9, atol=1e-9)  # J is linear in O: the difference quotient is exact up to rounding
+    # J is linear in O: the difference quotient is exact up to rounding
+    assert_allclose(grad, G, rtol=1e-9, atol=1e-9)
 
 
 @given(matrices((2, 5)), matrices((2, 5)), matrices((2, 5)))
 def test_probe_objective_is_linear(O1, O2, G):
-    assert probe_objective(O1 + O2, G) == pytest.approx(probe_objective(O1, G) + probe_objective(O2, G), abs=1e-12)
+    assert probe_objective(O1 + O2, G) == pytest.approx(
+        probe_objective(O1, G) + probe_objective(O2, G), abs=1e-12
+    )
 
 
 def test_attention_objective_accepts_a_planted_forward():
     h = random_head(seed=2)
     Q, K, V = project(h.X, h.W_Q, h.W_K, h.W_V)
     J = attention_objective(Q, K, V, h.G)
-    assert J == pytest.approx(probe_objective(attention_forward(Q, K, V)[0], h.G), abs=0)
-    assert attention_objective(Q, K, V, h.G, forward=attention_forward_unscaled) != pytest.approx(J)
+    assert J == pytest.approx(
+        probe_objective(attention_forward(Q, K, V)[0], h.G), abs=0
+    )
+    assert attention_objective(
+        Q, K, V, h.G, forward=attention_forward_unscaled
+    ) != pytest.approx(J)
 
 
 def test_head_objective_matches_attention_objective():
     h = random_head(seed=6, T=4, D=5, d=2, r=3)
     Q, K, V = project(h.X, h.W_Q, h.W_K, h.W_V)
-    assert head_objective(*h) == pytest.approx(attention_objective(Q, K, V, h.G), rel=TIGHT)
+    assert head_objective(*h) == pytest.approx(
+        attention_objective(Q, K, V, h.G), rel=TIGHT
+    )

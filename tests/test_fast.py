@@ -11,18 +11,31 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.fast import (blas_threads, default_workers, fast_attention_backward,
-                             fast_attention_forward, fast_causal_attention, run_parallel)
-from attncourse.layers.attention import (attention_backward, attention_forward,
-                                         causal_attention, key_valid_from_lengths)
+from attncourse.fast import (
+    blas_threads,
+    default_workers,
+    fast_attention_backward,
+    fast_attention_forward,
+    fast_causal_attention,
+    run_parallel,
+)
+from attncourse.layers.attention import (
+    attention_backward,
+    attention_forward,
+    causal_attention,
+    key_valid_from_lengths,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def qkv(seed, batch_q=(2, 1), batch_k=(3,), batch_v=(1, 3), T_q=6, T_k=9, d=3, r=5):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((*batch_q, T_q, d)), rng.standard_normal((*batch_k, T_k, d)),
-            rng.standard_normal((*batch_v, T_k, r)))
+    return (
+        rng.standard_normal((*batch_q, T_q, d)),
+        rng.standard_normal((*batch_k, T_k, d)),
+        rng.standard_normal((*batch_v, T_k, r)),
+    )
 
 
 def test_the_non_causal_pass_equals_the_reference():
@@ -30,10 +43,16 @@ def test_the_non_causal_pass_equals_the_reference():
     O, saved = fast_attention_forward(Q, K, V)
     O_ref, A_ref = attention_forward(Q, K, V)
     assert_allclose(O, O_ref, rtol=1e-13, atol=1e-15)
-    assert_allclose(saved.E * saved.inv_l[..., None], A_ref.reshape(-1, 6, 9),
-                    rtol=1e-13, atol=1e-16)  # A = diag(1/l) E
+    assert_allclose(
+        saved.E * saved.inv_l[..., None],
+        A_ref.reshape(-1, 6, 9),
+        rtol=1e-13,
+        atol=1e-16,
+    )  # A = diag(1/l) E
     G = np.random.default_rng(1).standard_normal(O.shape)
-    for got, want in zip(fast_attention_backward(saved, G), attention_backward(Q, K, V, G)):
+    for got, want in zip(
+        fast_attention_backward(saved, G), attention_backward(Q, K, V, G)
+    ):
         assert got.shape == want.shape
         assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
@@ -84,12 +103,18 @@ def test_float32_stays_float32_and_the_scores_are_stored_once():
 def test_bad_input_is_named():
     Q, K, V = qkv(6, (), (), ())
     O, saved = fast_attention_forward(Q, K, V)
-    with pytest.raises(ValueError, match=r"dO must have the shape of the output, "
-                       r"\(6, 5\), got \(6, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"dO must have the shape of the output, "
+        r"\(6, 5\), got \(6, 4\)",
+    ):
         fast_attention_backward(saved, np.ones((6, 4)))
     for bad in (0, 1.5, True):
-        with pytest.raises(ValueError, match=rf"workers must be a positive integer, got "
-                           rf"{repr(bad).replace('.', '[.]')}"):
+        with pytest.raises(
+            ValueError,
+            match=rf"workers must be a positive integer, got "
+            rf"{repr(bad).replace('.', '[.]')}",
+        ):
             fast_attention_forward(Q, K, V, workers=bad)
     with pytest.raises(ValueError, match=r"Q and K must share the key width d"):
         fast_attention_forward(Q, K[..., :2], V)
@@ -128,7 +153,8 @@ def test_run_parallel_runs_every_unit_and_blas_threads_restores_the_count():
     assert blas() == before
 
 
-# --- the benchmark ---------------------------------------------------------------------------
+# --- the benchmark --------------------------------------------------------------------
+
 
 def load_benchmark():
     path = ROOT / "benchmarks" / "attention.py"
@@ -158,8 +184,12 @@ def test_the_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     assert lines[0].endswith("ratio_to_dense,ratio_to_reference")
     assert "command: benchmarks/attention.py --quick --no-torch" in out
     names = [t[0] for t in bench.targets(rows)]  # no torch: no ratio to it
-    assert names[:3] == ["fast dense / tiled peak memory at T=64 >= 40",
-                         "tiled / fast dense time at T=64 <= 0.7 (median)",
-                         "causal tiled / causal fast dense time at T=64 <= 0.5 (median)"]
-    assert len(names) == 10 and names[5] == "reference / tiled peak memory at T=64 >= 40"
+    assert names[:3] == [
+        "fast dense / tiled peak memory at T=64 >= 40",
+        "tiled / fast dense time at T=64 <= 0.7 (median)",
+        "causal tiled / causal fast dense time at T=64 <= 0.5 (median)",
+    ]
+    assert (
+        len(names) == 10 and names[5] == "reference / tiled peak memory at T=64 >= 40"
+    )
     assert all(r["ratio_to_reference"] > 0 for r in tiled)

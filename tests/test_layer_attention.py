@@ -1,7 +1,8 @@
-"""Tests of attncourse.layers.attention: scores, forward, backward, masks and validation.
+"""Tests of attncourse.layers.attention: scores, forward, backward, masks and
+validation.
 
-The behaviour of ``causal_attention`` and ``causal_attention_backward`` is checked by the
-attention conformance suite (tests/test_conformance.py), not here.
+The behaviour of ``causal_attention`` and ``causal_attention_backward`` is checked by
+the attention conformance suite (tests/test_conformance.py), not here.
 """
 
 import math
@@ -51,13 +52,14 @@ def combined(T, key_valid):
     return combine_masks(causal_mask(T, T), key_padding_mask(key_valid, T))
 
 
-# --- scores and forward ----------------------------------------------------------------------
+# --- scores and forward ---------------------------------------------------------------
 
 def test_scores_use_the_transpose():
     Q = np.array([[1.0, 2.0], [0.0, 1.0]])
     K = np.array([[1.0, 0.0], [2.0, 1.0]])
     assert_array_equal(attention_scores(Q, K) * math.sqrt(2), [[1.0, 4.0], [0.0, 1.0]])
-    assert_array_equal(Q @ K, [[5.0, 2.0], [2.0, 1.0]])  # what a missing transpose would give
+    # what a missing transpose would give
+    assert_array_equal(Q @ K, [[5.0, 2.0], [2.0, 1.0]])
 
 
 def test_forward_matches_the_definition_elementwise():
@@ -65,22 +67,38 @@ def test_forward_matches_the_definition_elementwise():
     Q, K, V = random_qkv(rng)
     O, A = attention_forward(Q, K, V)
     d = Q.shape[1]
-    S = np.array([[sum(Q[i, a] * K[j, a] for a in range(d)) / math.sqrt(d) for j in range(5)]
-                  for i in range(4)])
+    S = np.array(
+        [
+            [sum(Q[i, a] * K[j, a] for a in range(d)) / math.sqrt(d) for j in range(5)]
+            for i in range(4)
+        ]
+    )
     expected_A = np.exp(S) / np.exp(S).sum(axis=1, keepdims=True)
     assert_allclose(A, expected_A, rtol=1e-14)
-    assert_allclose(O, [[sum(A[i, j] * V[j, l] for j in range(5)) for l in range(2)]
-                        for i in range(4)], rtol=1e-13)
+    assert_allclose(
+        O,
+        [
+            [sum(A[i, j] * V[j, l] for j in range(5)) for l in range(2)]
+            for i in range(4)
+        ],
+        rtol=1e-13,
+    )
 
 
 def test_a_visible_mask_hides_keys_exactly():
     rng = np.random.default_rng(10)
     Q, K, V = random_qkv(rng, T_q=3, T_k=4)
-    visible = np.array([[True, False, True, False], [False, False, False, False],
-                        [True, True, True, True]])
+    visible = np.array(
+        [
+            [True, False, True, False],
+            [False, False, False, False],
+            [True, True, True, True],
+        ]
+    )
     O, A = attention_forward(Q, K, V, visible)
     assert np.all(A[~visible] == 0.0)
-    assert np.all(A[1] == 0.0) and np.all(O[1] == 0.0)  # a row with nothing visible reads nothing
+    # a row with nothing visible reads nothing
+    assert np.all(A[1] == 0.0) and np.all(O[1] == 0.0)
     O_02, A_02 = attention_forward(Q[:1], K[[0, 2]], V[[0, 2]])
     assert_allclose(A[0, [0, 2]], A_02[0], rtol=1e-14)
     assert_allclose(O[0], O_02[0], rtol=1e-14)
@@ -99,7 +117,8 @@ def test_batched_equals_one_at_a_time():
             assert_allclose(batched[b], single, rtol=1e-13, atol=1e-15)
 
 
-# --- backward --------------------------------------------------------------------------------
+# --- backward -------------------------------------------------------------------------
+
 
 def test_broadcast_batch_gradients_are_summed_back():
     rng = np.random.default_rng(2)
@@ -146,7 +165,8 @@ def test_unbroadcast_sums_exactly_the_added_axes():
     assert_array_equal(_unbroadcast(grad, (1, 3, 4)), grad.sum(axis=0, keepdims=True))
     assert_array_equal(_unbroadcast(grad, (2, 1, 4)), grad.sum(axis=1, keepdims=True))
     assert_array_equal(_unbroadcast(grad, (1, 4)), grad.sum(axis=(0, 1))[None])
-    assert_array_equal(_unbroadcast(np.ones((1, 3)), (1, 3)), np.ones((1, 3)))  # size 1 kept as is
+    # size 1 kept as is
+    assert_array_equal(_unbroadcast(np.ones((1, 3)), (1, 3)), np.ones((1, 3)))
 
 
 def test_gradients_match_finite_differences_on_unequal_sizes():
@@ -166,7 +186,9 @@ def test_gradients_with_a_mask_match_finite_differences():
     visible = combined(4, key_valid)
     G = rng.normal(size=(2, 4, 2))
     dQ, dK, dV = attention_backward(Q, K, V, G, visible)
-    report = gradcheck(probe(G, visible), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV})
+    report = gradcheck(
+        probe(G, visible), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV}
+    )
     assert report.passed, report
     assert np.all(dK[~key_valid] == 0.0) and np.all(dV[~key_valid] == 0.0)
 
@@ -199,14 +221,17 @@ def test_backward_from_weights_is_the_backward_pass_without_checks():
     G = rng.normal(size=(2, 3, 2))
     visible = causal_mask(3, 5)
     _, A = attention_forward(Q, K, V, visible)
-    for mine, reference in zip(backward_from_weights(Q, K, V, A, G), attention_backward(Q, K, V, G, visible)):
+    for mine, reference in zip(
+        backward_from_weights(Q, K, V, A, G), attention_backward(Q, K, V, G, visible)
+    ):
         assert_array_equal(mine, reference)
     # the formulas themselves, one at a time
     dQ, dK, dV = backward_from_weights(Q, K, V, A, G)
     dA = G @ np.swapaxes(V, -1, -2)  # (2, 3, 2) x (2, 2, 5) -> (2, 3, 5)
     dS = A * (dA - np.sum(A * dA, axis=-1, keepdims=True))
     assert_allclose(dV, np.swapaxes(A, -1, -2) @ G, rtol=1e-14)  # (2, 5, 3) x (2, 3, 2)
-    assert_allclose(dQ, dS @ K / 2.0, rtol=1e-13, atol=1e-16)  # (2, 3, 5) x (2, 5, 4); sqrt(4) = 2
+    # (2, 3, 5) x (2, 5, 4); sqrt(4) = 2
+    assert_allclose(dQ, dS @ K / 2.0, rtol=1e-13, atol=1e-16)
     assert_allclose(dK, np.swapaxes(dS, -1, -2) @ Q / 2.0, rtol=1e-13, atol=1e-16)
     assert np.all(dK[:, 3:] == 0.0) and np.all(dV[:, 3:] == 0.0)  # keys no query sees
 
@@ -235,8 +260,12 @@ def test_permuting_keys_and_values_together_changes_nothing(data, T_q, T_k, d, r
 def test_permuting_queries_permutes_outputs(data, T_q, T_k, d, r):
     Q, K, V = (data.draw(matrices(s)) for s in ((T_q, d), (T_k, d), (T_k, r)))
     perm = data.draw(st.permutations(range(T_q)))
-    assert_allclose(attention_forward(Q[perm], K, V)[0], attention_forward(Q, K, V)[0][perm],
-                    rtol=1e-12, atol=1e-12)
+    assert_allclose(
+        attention_forward(Q[perm], K, V)[0],
+        attention_forward(Q, K, V)[0][perm],
+        rtol=1e-12,
+        atol=1e-12,
+    )
 
 
 def test_identical_keys_give_zero_query_gradient():
@@ -259,18 +288,32 @@ def test_extreme_scores_are_finite():
     assert_allclose(A, [[1.0, 0.0], [0.0, 1.0]])
 
 
-# --- validation ------------------------------------------------------------------------------
+# --- validation -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "shapes, message",
     [
-        (((3, 2), (4, 5), (4, 1)), r"share the key width d: Q has shape \(3, 2\) \(d=2\), K has shape \(4, 5\) \(d=5\)"),
-        (((3, 2), (4, 2), (5, 1)), r"K has shape \(4, 2\) \(4 keys\), V has shape \(5, 1\) \(5 values\)"),
+        (
+            ((3, 2), (4, 5), (4, 1)),
+            r"share the key width d: Q has shape \(3, 2\) \(d=2\), K has shape \(4, "
+            r"5\) \(d=5\)",
+        ),
+        (
+            ((3, 2), (4, 2), (5, 1)),
+            r"K has shape \(4, 2\) \(4 keys\), V has shape \(5, 1\) \(5 values\)",
+        ),
         (((2,), (4, 2), (4, 1)), r"Q must be at least 2-D .* got shape \(2,\)"),
         (((3, 2), (2,), (4, 1)), r"K must be at least 2-D .* got shape \(2,\)"),
         (((3, 2), (4, 2), (4,)), r"V must be at least 2-D .* got shape \(4,\)"),
-        (((2, 3, 2), (3, 4, 2), (3, 4, 1)), r"batch dimensions do not broadcast: Q \(2, 3, 2\), K \(3, 4, 2\)"),
-        (((2, 3, 2), (2, 4, 2), (3, 4, 1)), r"batch dimensions do not broadcast: .*V \(3, 4, 1\)"),
+        (
+            ((2, 3, 2), (3, 4, 2), (3, 4, 1)),
+            r"batch dimensions do not broadcast: Q \(2, 3, 2\), K \(3, 4, 2\)",
+        ),
+        (
+            ((2, 3, 2), (2, 4, 2), (3, 4, 1)),
+            r"batch dimensions do not broadcast: .*V \(3, 4, 1\)",
+        ),
     ],
 )
 def test_bad_shapes_are_named(shapes, message):
@@ -287,7 +330,9 @@ def test_bad_shapes_are_named(shapes, message):
 def test_validate_qkv_names_an_input_that_is_not_numbers(bad):
     inputs = {"Q": np.ones((1, 2)), "K": np.ones((1, 2)), "V": np.ones((1, 1))}
     inputs[bad] = [["a"]] if bad == "V" else [["a", "b"]]
-    with pytest.raises(ValueError, match=rf"^{bad} must be an array of numbers, got dtype <U1$"):
+    with pytest.raises(
+        ValueError, match=rf"^{bad} must be an array of numbers, got dtype <U1$"
+    ):
         validate_qkv(*inputs.values())
 
 
@@ -298,20 +343,28 @@ def test_validate_qkv_returns_float_arrays():
 
 
 def test_a_mismatched_d_names_the_last_axis_of_batched_inputs():
-    with pytest.raises(ValueError, match=r"Q has shape \(2, 3, 2\) \(d=2\), K has shape \(2, 4, 5\) \(d=5\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"Q has shape \(2, 3, 2\) \(d=2\), K has shape \(2, 4, 5\) \(d=5\)$",
+    ):
         validate_qkv(np.ones((2, 3, 2)), np.ones((2, 4, 5)), np.ones((2, 4, 1)))
 
 
 def test_upstream_gradient_must_match_the_output():
     Q, K, V = random_qkv(np.random.default_rng(5))
-    with pytest.raises(ValueError, match=r"G must have the shape of O = A V, \(4, 2\), got \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"G must have the shape of O = A V, \(4, 2\), got \(2, 4\)"
+    ):
         attention_backward(Q, K, V, np.ones((2, 4)))
-    with pytest.raises(ValueError, match=r"^G must be an array of numbers, got dtype <U1$"):
+    with pytest.raises(
+        ValueError, match=r"^G must be an array of numbers, got dtype <U1$"
+    ):
         attention_backward(Q, K, V, np.full((4, 2), "a"))
 
 
 def test_the_query_offset_places_the_queries_after_the_prefix():
-    # Chapter 10: queries at positions offset .. offset + T_q - 1 read keys 0 .. offset + i
+    # Chapter 10: queries at positions offset .. offset + T_q - 1 read keys 0 .. offset
+    # + i
     rng = np.random.default_rng(9)
     Q_full, K, V = random_qkv(rng, T_q=5, T_k=5)
     O_full, A_full = causal_attention(Q_full, K, V)
@@ -321,18 +374,27 @@ def test_the_query_offset_places_the_queries_after_the_prefix():
     assert_allclose(A, A_full[3:], rtol=1e-13, atol=1e-15)
     dO = rng.normal(size=O.shape)
     dO_full = np.concatenate([np.zeros((3, O.shape[-1])), dO])
-    for got, want in zip(causal_attention_backward(Q_full[3:], K, V, dO, query_offset=3),
-                         causal_attention_backward(Q_full, K, V, dO_full)):
+    for got, want in zip(
+        causal_attention_backward(Q_full[3:], K, V, dO, query_offset=3),
+        causal_attention_backward(Q_full, K, V, dO_full),
+    ):
         want = want[3:] if got.shape[0] == 2 else want
         assert_allclose(got, want, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("offset, words", [
-    (-1, "query_offset must be an integer >= 0, got -1"),
-    (3, "query_offset=3 puts the 2 queries at positions 3..4, but there are only 4 keys"),
-    (1.0, "query_offset must be an integer >= 0, got 1.0"),
-    (True, "query_offset must be an integer >= 0, got True"),
-])
+@pytest.mark.parametrize(
+    "offset, words",
+    [
+        (-1, "query_offset must be an integer >= 0, got -1"),
+        (
+            3,
+            "query_offset=3 puts the 2 queries at positions 3..4, but there are only 4 "
+            "keys",
+        ),
+        (1.0, "query_offset must be an integer >= 0, got 1.0"),
+        (True, "query_offset must be an integer >= 0, got True"),
+    ],
+)
 def test_a_bad_query_offset_is_a_value_error_naming_it(offset, words):
     Q, K, V = random_qkv(np.random.default_rng(9), T_q=2, T_k=4)
     with pytest.raises(ValueError, match=re.escape(words)):
@@ -342,22 +404,27 @@ def test_a_bad_query_offset_is_a_value_error_naming_it(offset, words):
     causal_attention(Q, K, V, query_offset=2)  # the largest consistent offset
 
 
-# --- the causal mask -------------------------------------------------------------------------
+# --- the causal mask ------------------------------------------------------------------
+
 
 def test_causal_mask_and_offset():
     assert_array_equal(causal_mask(3, 3), np.tril(np.ones((3, 3), dtype=bool)))
-    assert_array_equal(causal_mask(2, 4), [[1, 0, 0, 0], [1, 1, 0, 0]])  # query i reads keys 0..i
+    # query i reads keys 0..i
+    assert_array_equal(causal_mask(2, 4), [[1, 0, 0, 0], [1, 1, 0, 0]])
     assert_array_equal(causal_mask(2, 4, query_offset=2), [[1, 1, 1, 0], [1, 1, 1, 1]])
     assert causal_mask(2, 4).dtype == np.bool_
 
 
-@pytest.mark.parametrize("args, message", [
-    ((2, 2, -1), r"non-negative integers: query_offset=-1"),
-    ((-1, 2), r"non-negative integers: T_q=-1"),
-    ((2, -3), r"non-negative integers: T_k=-3"),
-    ((2.5, 2), r"T_q=2.5"),
-    ((True, 2), r"T_q=True"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((2, 2, -1), r"non-negative integers: query_offset=-1"),
+        ((-1, 2), r"non-negative integers: T_q=-1"),
+        ((2, -3), r"non-negative integers: T_k=-3"),
+        ((2.5, 2), r"T_q=2.5"),
+        ((True, 2), r"T_q=True"),
+    ],
+)
 def test_causal_mask_rejects_bad_sizes(args, message):
     with pytest.raises(ValueError, match=message):
         causal_mask(*args)
@@ -369,14 +436,21 @@ def test_causal_mask_allows_zero_sizes():
     assert causal_mask(0, 0, query_offset=0).shape == (0, 0)
 
 
-# --- padding masks ----------------------------------------------------------------------------
+# --- padding masks --------------------------------------------------------------------
+
 
 def test_key_valid_from_lengths_left_and_right():
-    assert_array_equal(key_valid_from_lengths([2, 0, 4], 4), [[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]])
-    assert_array_equal(key_valid_from_lengths([2, 0, 4], 4, side="left"),
-                       [[0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]])
+    assert_array_equal(
+        key_valid_from_lengths([2, 0, 4], 4), [[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]]
+    )
+    assert_array_equal(
+        key_valid_from_lengths([2, 0, 4], 4, side="left"),
+        [[0, 0, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]],
+    )
     assert key_valid_from_lengths([1], 3).dtype == np.bool_
-    assert_array_equal(key_valid_from_lengths(np.array([3], dtype=np.uint8), 3), [[1, 1, 1]])
+    assert_array_equal(
+        key_valid_from_lengths(np.array([3], dtype=np.uint8), 3), [[1, 1, 1]]
+    )
 
 
 @pytest.mark.parametrize(
@@ -384,8 +458,19 @@ def test_key_valid_from_lengths_left_and_right():
     [
         ([5], 4, "right", r"every length must lie in \[0, T=4\], got \[5\]"),
         ([-1], 4, "right", r"every length must lie in \[0, T=4\], got \[-1\]"),
-        ([[1, 2]], 4, "right", r"lengths must be a 1-D array of integers, got shape \(1, 2\)"),
-        ([1.5], 4, "right", r"lengths must be a 1-D array of integers, got shape \(1,\) and dtype float64"),
+        (
+            [[1, 2]],
+            4,
+            "right",
+            r"lengths must be a 1-D array of integers, got shape \(1, 2\)",
+        ),
+        (
+            [1.5],
+            4,
+            "right",
+            r"lengths must be a 1-D array of integers, got shape \(1,\) and dtype "
+            r"float64",
+        ),
         ([1], 4, "middle", r"side must be 'left' or 'right', got 'middle'"),
     ],
 )
@@ -401,22 +486,44 @@ def test_key_padding_mask_hides_columns_not_rows():
     full = np.broadcast_to(mask, (2, 3, 3))
     for b in range(2):
         for i in range(3):
-            assert_array_equal(full[b, i], key_valid[b])  # every query row sees the same keys
+            # every query row sees the same keys
+            assert_array_equal(full[b, i], key_valid[b])
     assert key_padding_mask(key_valid, 3, (2,)).shape == (2, 1, 3)
-    assert key_padding_mask(key_valid[0], 3, (4, 2)).shape == (1, 3)  # broadcasts to the batch
+    # broadcasts to the batch
+    assert key_padding_mask(key_valid[0], 3, (4, 2)).shape == (1, 3)
 
 
 @pytest.mark.parametrize(
     "key_valid, T_k, batch, message",
     [
-        (np.array([1, 0, 1]), 3, None, r"key_valid must be a boolean array, got dtype int64"),
-        (np.ones((2, 4), dtype=bool), 3, None,
-         r"key_valid must have shape \(\.\.\., T_k\) with T_k=3 keys, got shape \(2, 4\)"),
+        (
+            np.array([1, 0, 1]),
+            3,
+            None,
+            r"key_valid must be a boolean array, got dtype int64",
+        ),
+        (
+            np.ones((2, 4), dtype=bool),
+            3,
+            None,
+            r"key_valid must have shape \(\.\.\., T_k\) with T_k=3 keys, got shape "
+            r"\(2, 4\)",
+        ),
         (np.array(True), 1, None, r"got shape \(\)"),
-        (np.ones((3, 5), dtype=bool), 5, (2,),
-         r"key_valid has shape \(3, 5\); its leading dimensions must broadcast to the batch shape \(2,\)"),
+        (
+            np.ones((3, 5), dtype=bool),
+            5,
+            (2,),
+            r"key_valid has shape \(3, 5\); its leading dimensions must broadcast to "
+            r"the batch shape \(2,\)",
+        ),
         (np.ones((2, 5), dtype=bool), 5, (), r"must broadcast to the batch shape \(\)"),
-        (np.ones((2, 5), dtype=bool), 5, (1,), r"must broadcast to the batch shape \(1,\)"),
+        (
+            np.ones((2, 5), dtype=bool),
+            5,
+            (1,),
+            r"must broadcast to the batch shape \(1,\)",
+        ),
     ],
 )
 def test_key_padding_mask_rejects_bad_input(key_valid, T_k, batch, message):
@@ -429,16 +536,21 @@ def test_combine_masks():
     b = np.array([[False, True]])
     assert_array_equal(combine_masks(a, b), [[False, False], [False, True]])
     assert_array_equal(combine_masks(a), a)
-    assert_array_equal(combine_masks(a, a, np.array([True, False])), [[True, False], [True, False]])
+    assert_array_equal(
+        combine_masks(a, a, np.array([True, False])), [[True, False], [True, False]]
+    )
     with pytest.raises(ValueError, match="^combine_masks needs at least one mask$"):
         combine_masks()
     with pytest.raises(ValueError, match=r"mask 1 must be boolean, got dtype int64"):
         combine_masks(a, np.array([1, 0]))
-    with pytest.raises(ValueError, match=r"masks do not broadcast: shapes \[\(2, 2\), \(3,\)\]"):
+    with pytest.raises(
+        ValueError, match=r"masks do not broadcast: shapes \[\(2, 2\), \(3,\)\]"
+    ):
         combine_masks(a, np.ones(3, dtype=bool))
 
 
-# --- causal_visible: the mask causal_attention uses --------------------------------------------
+# --- causal_visible: the mask causal_attention uses -----------------------------------
+
 
 def test_causal_visible_is_the_causal_mask_and_the_key_padding_mask_combined():
     rng = np.random.default_rng(0)
@@ -451,24 +563,30 @@ def test_causal_visible_is_the_causal_mask_and_the_key_padding_mask_combined():
     assert_array_equal(O, O_ref)
     assert_array_equal(A, A_ref)
     G = rng.normal(size=O.shape)
-    for mine, reference in zip(causal_attention_backward(Q, K, V, G, key_valid=key_valid),
-                               attention_backward(Q, K, V, G, combined(6, key_valid))):
+    for mine, reference in zip(
+        causal_attention_backward(Q, K, V, G, key_valid=key_valid),
+        attention_backward(Q, K, V, G, combined(6, key_valid)),
+    ):
         assert_array_equal(mine, reference)
 
 
 def test_causal_visible_places_the_queries_at_the_offset():
-    # causal_attention itself refuses an offset until Chapter 10; the mask already takes one
+    # causal_attention itself refuses an offset until Chapter 10; the mask already takes
+    # one
     rng = np.random.default_rng(16)
     Q, K, V = random_qkv(rng, batch=(2,), T_q=2, T_k=5)
     key_valid = key_valid_from_lengths([5, 3], 5)
     assert_array_equal(causal_visible(Q, K, V, 3), causal_mask(2, 5, 3))
-    assert_array_equal(causal_visible(Q, K, V, 3, key_valid),
-                       combine_masks(causal_mask(2, 5, 3), key_padding_mask(key_valid, 5)))
+    assert_array_equal(
+        causal_visible(Q, K, V, 3, key_valid),
+        combine_masks(causal_mask(2, 5, 3), key_padding_mask(key_valid, 5)),
+    )
 
 
 @pytest.mark.parametrize("carrier", ["Q", "K", "V"])
 def test_the_key_valid_batch_shape_comes_from_all_three_inputs(carrier):
-    # only one of Q, K, V carries the batch axis; key_valid must match it whichever it is
+    # only one of Q, K, V carries the batch axis; key_valid must match it whichever it
+    # is
     rng = np.random.default_rng(15)
     shapes = {"Q": (4, 3), "K": (4, 3), "V": (4, 2)}
     shapes[carrier] = (2, *shapes[carrier])
@@ -477,7 +595,11 @@ def test_the_key_valid_batch_shape_comes_from_all_three_inputs(carrier):
     assert causal_visible(Q, K, V, 0, key_valid).shape == (2, 4, 4)
     O, A = causal_attention(Q, K, V, key_valid=key_valid)
     assert A.shape == (2, 4, 4) and np.all(A[0, :, 2:] == 0.0)
-    with pytest.raises(ValueError, match=r"key_valid has shape \(3, 4\); .* batch shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"key_valid has shape \(3, 4\); .* batch shape \(2,\)"
+    ):
         causal_visible(Q, K, V, 0, np.ones((3, 4), dtype=bool))
-    with pytest.raises(ValueError, match=r"key_valid has shape \(3, 4\); .* batch shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"key_valid has shape \(3, 4\); .* batch shape \(2,\)"
+    ):
         causal_attention(Q, K, V, key_valid=np.ones((3, 4), dtype=bool))

@@ -1,4 +1,5 @@
-"""Tests of attncourse.layers.head: one attention head with its projections, as a layer pair."""
+"""Tests of attncourse.layers.head: one attention head with its projections, as a layer
+pair."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,13 @@ from numpy.testing import assert_allclose
 
 from attncourse.faults.head import head_backward_last_branch
 from attncourse.layers.attention import attention_backward, attention_forward
-from attncourse.layers.head import PARAMETER_NAMES, head_backward, head_forward, project, validate_projections
+from attncourse.layers.head import (
+    PARAMETER_NAMES,
+    head_backward,
+    head_forward,
+    project,
+    validate_projections,
+)
 from attncourse.verify.gradients import layer_gradcheck
 from strategies import matrices
 
@@ -17,7 +24,11 @@ T, D, d, r = 5, 4, 3, 2  # unequal on purpose
 
 def random_head(rng, batch=()):
     X = rng.normal(size=(*batch, T, D))
-    params = {"W_Q": rng.normal(size=(D, d)), "W_K": rng.normal(size=(D, d)), "W_V": rng.normal(size=(D, r))}
+    params = {
+        "W_Q": rng.normal(size=(D, d)),
+        "W_K": rng.normal(size=(D, d)),
+        "W_V": rng.normal(size=(D, r)),
+    }
     G = rng.normal(size=(*batch, T, r))
     return X, params, G
 
@@ -32,7 +43,9 @@ def test_projections_and_forward():
     Q, K, V = project(X, params["W_Q"], params["W_K"], params["W_V"])
     assert (Q.shape, K.shape, V.shape) == ((T, d), (T, d), (T, r))
     O, saved = head_forward(params, X)
-    O_ref, A_ref = attention_forward(X @ params["W_Q"], X @ params["W_K"], X @ params["W_V"])
+    O_ref, A_ref = attention_forward(
+        X @ params["W_Q"], X @ params["W_K"], X @ params["W_V"]
+    )
     assert_allclose(O, O_ref, rtol=1e-15)
     assert set(saved) == {"X", "Q", "K", "V", "A"}
     assert_allclose(saved["A"], A_ref, rtol=1e-15)
@@ -64,7 +77,11 @@ def test_finite_differences_catch_a_dX_with_one_branch(kept):
     def backward_one_branch(params, saved, G):
         dparams, _ = head_backward(params, saved, G)
         dQ, dK, dV = attention_backward(saved["Q"], saved["K"], saved["V"], G)
-        branch = {"Q": dQ @ params["W_Q"].T, "K": dK @ params["W_K"].T, "V": dV @ params["W_V"].T}[kept]
+        branch = {
+            "Q": dQ @ params["W_Q"].T,
+            "K": dK @ params["W_K"].T,
+            "V": dV @ params["W_V"].T,
+        }[kept]
         return dparams, branch  # (T, w) x (w, D) -> (T, D)
 
     report = layer_gradcheck(head_forward, backward_one_branch, params, X, dy=G)
@@ -80,10 +97,19 @@ def test_the_planted_last_branch_fault_is_caught_in_dX_only():
 
 
 @settings(max_examples=10)
-@given(st.data(), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(1, 3))
+@given(
+    st.data(),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 3),
+)
 def test_gradients_property(data, T_, D_, d_, r_):
     X = data.draw(matrices((2, T_, D_), scale=1.0))
-    W_Q, W_K = data.draw(matrices((D_, d_), scale=1.0)), data.draw(matrices((D_, d_), scale=1.0))
+    W_Q, W_K = (
+        data.draw(matrices((D_, d_), scale=1.0)),
+        data.draw(matrices((D_, d_), scale=1.0)),
+    )
     W_V = data.draw(matrices((D_, r_), scale=1.0))
     G = data.draw(matrices((2, T_, r_), scale=1.0))
     params = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V}
@@ -94,8 +120,15 @@ def test_gradients_property(data, T_, D_, d_, r_):
 @pytest.mark.parametrize(
     "shapes, message",
     [
-        (((T, D), (D + 1, d), (D, d), (D, r)), r"W_Q must have one row per input feature: X has shape \(5, 4\) \(D=4\), W_Q has shape \(5, 3\)"),
-        (((T, D), (D, d), (D, d + 1), (D, r)), r"W_Q and W_K must share the key width d: W_Q \(4, 3\), W_K \(4, 4\)"),
+        (
+            ((T, D), (D + 1, d), (D, d), (D, r)),
+            r"W_Q must have one row per input feature: X has shape \(5, 4\) \(D=4\), "
+            r"W_Q has shape \(5, 3\)",
+        ),
+        (
+            ((T, D), (D, d), (D, d + 1), (D, r)),
+            r"W_Q and W_K must share the key width d: W_Q \(4, 3\), W_K \(4, 4\)",
+        ),
         (((T, D), (D, d), (D, d), (D,)), r"W_V must be 2-D, got shape \(4,\)"),
         (((D,), (D, d), (D, d), (D, r)), r"X must be at least 2-D, got shape \(4,\)"),
     ],
@@ -118,8 +151,13 @@ def test_bad_shapes_are_named(shapes, message):
 def test_other_bad_input_is_named():
     rng = np.random.default_rng(5)
     X, params, G = random_head(rng)
-    with pytest.raises(ValueError, match=r"head params lack \['W_V'\]; they need \['W_Q', 'W_K', 'W_V'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"head params lack \['W_V'\]; they need \['W_Q', 'W_K', 'W_V'\]",
+    ):
         head_forward({"W_Q": params["W_Q"], "W_K": params["W_K"]}, X)
     _, saved = head_forward(params, X)
-    with pytest.raises(ValueError, match=r"G must have the shape of O = A V, \(5, 2\), got \(2, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"G must have the shape of O = A V, \(5, 2\), got \(2, 5\)"
+    ):
         head_backward(params, saved, G.T)

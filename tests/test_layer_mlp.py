@@ -129,16 +129,31 @@ def test_a_single_row_is_a_position_of_its_own():
     assert_allclose(dX_row, dX[2], rtol=1e-14, atol=1e-14)
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda p, X: init_mlp(np.random.default_rng(0), 0),
-     r"^sizes must be positive integers: D=0 \(got D=0, ratio=4\)"),
-    (lambda p, X: mlp_forward({"up": p["up"], "down": {"b": p["down"]["b"]}}, X),
-     r"^mlp down params lack \['W'\]"),
-    (lambda p, X: mlp_forward({**p, "down": {"W": p["down"]["W"][:, 0]}}, X),
-     r"^down.W must be 2-D, got shape \(15,\)"),
-    (lambda p, X: mlp_forward(p, np.full(X.shape, "a")), "^X must be an array of numbers"),
-    (lambda p, X: mlp_forward(p, np.array(1.0)), r"^X must be at least 1-D, got shape \(\)"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda p, X: init_mlp(np.random.default_rng(0), 0),
+            r"^sizes must be positive integers: D=0 \(got D=0, ratio=4\)",
+        ),
+        (
+            lambda p, X: mlp_forward({"up": p["up"], "down": {"b": p["down"]["b"]}}, X),
+            r"^mlp down params lack \['W'\]",
+        ),
+        (
+            lambda p, X: mlp_forward({**p, "down": {"W": p["down"]["W"][:, 0]}}, X),
+            r"^down.W must be 2-D, got shape \(15,\)",
+        ),
+        (
+            lambda p, X: mlp_forward(p, np.full(X.shape, "a")),
+            "^X must be an array of numbers",
+        ),
+        (
+            lambda p, X: mlp_forward(p, np.array(1.0)),
+            r"^X must be at least 1-D, got shape \(\)",
+        ),
+    ],
+)
 def test_more_bad_input_is_named(call, message):
     params, X = case(9)
     with pytest.raises(ValueError, match=message):

@@ -1,5 +1,5 @@
-"""Tests of attncourse.layers.multihead: causal multi-head attention with W_O (split/merge, forward
-against the loop reference, backward, initialisation)."""
+"""Tests of attncourse.layers.multihead: causal multi-head attention with W_O
+(split/merge, forward against the loop reference, backward, initialisation)."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults.multihead import multihead_backward_no_transpose, multihead_backward_reversed
+from attncourse.faults.multihead import (
+    multihead_backward_no_transpose,
+    multihead_backward_reversed,
+)
 from attncourse.layers import multihead as mh
 from attncourse.layers.attention import (
     causal_attention,
@@ -26,12 +29,22 @@ def make_case(seed=0, B=2, T=5, D=7, H=2, d=3, r=2, D_out=None, lengths=None):
     rng = np.random.default_rng(seed)
     params = mh.init_multihead(rng, D, heads=H, d=d, r=r, D_out=D_out)
     X = rng.normal(size=(B, T, D)) if B else rng.normal(size=(T, D))
-    key_valid = None if lengths is None else key_valid_from_lengths(lengths, T, side="left")
+    key_valid = (
+        None if lengths is None else key_valid_from_lengths(lengths, T, side="left")
+    )
     return rng, params, X, key_valid
 
 
 def check(params, X, heads, key_valid, G, backward=mh.multihead_backward):
-    return layer_gradcheck(mh.multihead_forward, backward, params, X, dy=G, heads=heads, key_valid=key_valid)
+    return layer_gradcheck(
+        mh.multihead_forward,
+        backward,
+        params,
+        X,
+        dy=G,
+        heads=heads,
+        key_valid=key_valid,
+    )
 
 
 def test_split_gives_each_head_its_block_of_columns():
@@ -39,7 +52,7 @@ def test_split_gives_each_head_its_block_of_columns():
     heads = mh.split_heads(Y, 4)
     assert heads.shape == (2, 4, 3, 2)
     for h in range(4):
-        assert_array_equal(heads[:, h], Y[..., 2 * h:2 * h + 2])
+        assert_array_equal(heads[:, h], Y[..., 2 * h : 2 * h + 2])
 
 
 def test_merge_is_the_inverse_of_split():
@@ -54,12 +67,30 @@ def test_merge_is_the_inverse_of_split():
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda: mh.split_heads(np.ones((3, 7)), 2), r"cannot split 7 columns \(shape \(3, 7\)\) into 2 equal heads"),
-        (lambda: mh.split_heads(np.ones((2, 3, 7)), 2), r"cannot split 7 columns \(shape \(2, 3, 7\)\) into 2 equal heads"),
-        (lambda: mh.split_heads(np.ones((3, 4)), 0), r"sizes must be positive integers: heads=0"),
-        (lambda: mh.split_heads(np.ones((3, 4)), True), r"sizes must be positive integers: heads=True"),
-        (lambda: mh.split_heads(np.ones(4), 2), r"at least 2-D input .* got shape \(4,\)"),
-        (lambda: mh.merge_heads(np.ones((3, 4))), r"merge_heads needs input of shape \(\.\.\., H, T, w\), got shape \(3, 4\)"),
+        (
+            lambda: mh.split_heads(np.ones((3, 7)), 2),
+            r"cannot split 7 columns \(shape \(3, 7\)\) into 2 equal heads",
+        ),
+        (
+            lambda: mh.split_heads(np.ones((2, 3, 7)), 2),
+            r"cannot split 7 columns \(shape \(2, 3, 7\)\) into 2 equal heads",
+        ),
+        (
+            lambda: mh.split_heads(np.ones((3, 4)), 0),
+            r"sizes must be positive integers: heads=0",
+        ),
+        (
+            lambda: mh.split_heads(np.ones((3, 4)), True),
+            r"sizes must be positive integers: heads=True",
+        ),
+        (
+            lambda: mh.split_heads(np.ones(4), 2),
+            r"at least 2-D input .* got shape \(4,\)",
+        ),
+        (
+            lambda: mh.merge_heads(np.ones((3, 4))),
+            r"merge_heads needs input of shape \(\.\.\., H, T, w\), got shape \(3, 4\)",
+        ),
     ],
 )
 def test_split_and_merge_reject_bad_input(call, message):
@@ -68,46 +99,73 @@ def test_split_and_merge_reject_bad_input(call, message):
 
 
 def test_init_multihead_shapes():
-    params = mh.init_multihead(np.random.default_rng(0), D=5, heads=3, d=2, r=4, D_out=6)
-    assert {n: W.shape for n, W in params.items()} == {"W_Q": (5, 6), "W_K": (5, 6), "W_V": (5, 12), "W_O": (12, 6)}
+    params = mh.init_multihead(
+        np.random.default_rng(0), D=5, heads=3, d=2, r=4, D_out=6
+    )
+    assert {n: W.shape for n, W in params.items()} == {
+        "W_Q": (5, 6),
+        "W_K": (5, 6),
+        "W_V": (5, 12),
+        "W_O": (12, 6),
+    }
     params = mh.init_multihead(np.random.default_rng(0), D=5, heads=3, d=2, r=4)
     assert params["W_O"].shape == (12, 5)  # D_out defaults to D
 
 
 def test_init_multihead_spread_is_one_over_sqrt_fan_in():
-    # fan-in is D for the three projections and H r for W_O; sizes chosen so that D, H r, H d and
-    # D_out all differ, so a spread taken from the wrong size is off by a factor of at least 1.4
+    # fan-in is D for the three projections and H r for W_O; sizes chosen so that D, H
+    # r, H d and D_out all differ, so a spread taken from the wrong size is off by a
+    # factor of at least 1.4
     D, H, d, r, D_out = 96, 4, 10, 6, 50
-    params = mh.init_multihead(np.random.default_rng(40), D, heads=H, d=d, r=r, D_out=D_out)
+    params = mh.init_multihead(
+        np.random.default_rng(40), D, heads=H, d=d, r=r, D_out=D_out
+    )
     fan_in = {"W_Q": D, "W_K": D, "W_V": D, "W_O": H * r}
     for name, W in params.items():
         n = W.size
-        tolerance = 5 / np.sqrt(2 * (n - 1))  # five standard errors of a sample standard deviation
+        # five standard errors of a sample standard deviation
+        tolerance = 5 / np.sqrt(2 * (n - 1))
         assert abs(W.std() * np.sqrt(fan_in[name]) - 1) < tolerance, name
         assert abs(W.mean()) < 5 / np.sqrt(fan_in[name] * n), name
     assert not np.allclose(params["W_Q"], params["W_K"])  # independent draws
-    again = mh.init_multihead(np.random.default_rng(40), D, heads=H, d=d, r=r, D_out=D_out)
+    again = mh.init_multihead(
+        np.random.default_rng(40), D, heads=H, d=d, r=r, D_out=D_out
+    )
     for name in params:
         assert_array_equal(again[name], params[name])
 
 
-@pytest.mark.parametrize("sizes, shown", [
-    (dict(D=0, heads=2, d=3, r=2), "D=0"), (dict(D=4, heads=0, d=3, r=2), "heads=0"),
-    (dict(D=4, heads=2, d=3, r=2, D_out=-1), "D_out=-1"), (dict(D=4, heads=2, d=True, r=2), "d=True"),
-    (dict(D=4, heads=2, d=3, r=0), "r=0"),
-])
+@pytest.mark.parametrize(
+    "sizes, shown",
+    [
+        (dict(D=0, heads=2, d=3, r=2), "D=0"),
+        (dict(D=4, heads=0, d=3, r=2), "heads=0"),
+        (dict(D=4, heads=2, d=3, r=2, D_out=-1), "D_out=-1"),
+        (dict(D=4, heads=2, d=True, r=2), "d=True"),
+        (dict(D=4, heads=2, d=3, r=0), "r=0"),
+    ],
+)
 def test_init_multihead_rejects_bad_sizes(sizes, shown):
     with pytest.raises(ValueError, match=f"sizes must be positive integers: {shown}"):
         mh.init_multihead(np.random.default_rng(0), **sizes)
 
 
-@pytest.mark.parametrize("B, H, lengths", [(2, 2, None), (2, 3, [2, 5]), (0, 2, None), (3, 1, [0, 3, 5])])
+@pytest.mark.parametrize(
+    "B, H, lengths", [(2, 2, None), (2, 3, [2, 5]), (0, 2, None), (3, 1, [0, 3, 5])]
+)
 def test_forward_matches_the_loop_reference(B, H, lengths):
-    _, params, X, key_valid = make_case(B=B, H=H, lengths=lengths if B else None, D_out=4)
+    _, params, X, key_valid = make_case(
+        B=B, H=H, lengths=lengths if B else None, D_out=4
+    )
     Y, saved = mh.multihead_forward(params, X, heads=H, key_valid=key_valid)
     assert Y.shape == X.shape[:-1] + (4,)
     assert saved["A"].shape == X.shape[:-2] + (H, 5, 5)
-    assert_allclose(Y, mh.multihead_by_loop(params, X, heads=H, key_valid=key_valid), rtol=1e-13, atol=1e-15)
+    assert_allclose(
+        Y,
+        mh.multihead_by_loop(params, X, heads=H, key_valid=key_valid),
+        rtol=1e-13,
+        atol=1e-15,
+    )
 
 
 def test_batched_equals_one_sequence_at_a_time():
@@ -122,13 +180,17 @@ def test_one_head_with_identity_output_is_the_causal_head():
     rng, params, X, _ = make_case(H=1, d=3, r=2)
     params["W_O"] = np.eye(2)
     O, _ = causal_attention(X @ params["W_Q"], X @ params["W_K"], X @ params["W_V"])
-    assert_allclose(mh.multihead_forward(params, X, heads=1)[0], O, rtol=1e-14, atol=1e-15)
+    assert_allclose(
+        mh.multihead_forward(params, X, heads=1)[0], O, rtol=1e-14, atol=1e-15
+    )
 
 
 def test_masked_weights_are_exact_zeros_in_every_head():
     _, params, X, key_valid = make_case(B=2, H=3, lengths=[2, 5])
     Y, saved = mh.multihead_forward(params, X, heads=3, key_valid=key_valid)
-    visible = combine_masks(causal_mask(5, 5), key_padding_mask(key_valid[:, None, :], 5))
+    visible = combine_masks(
+        causal_mask(5, 5), key_padding_mask(key_valid[:, None, :], 5)
+    )
     hidden = ~np.broadcast_to(visible, saved["A"].shape)
     assert np.all(saved["A"][hidden] == 0.0)
     assert np.all(Y[0, :2] == 0.0)  # the empty rows of sequence 0
@@ -137,34 +199,50 @@ def test_masked_weights_are_exact_zeros_in_every_head():
 def test_heads_do_not_interact_before_the_output_projection():
     _, params, X, _ = make_case(H=2, d=3, r=2)
     _, saved = mh.multihead_forward(params, X, heads=2)
-    for name, cols in (("W_Q", slice(3, 6)), ("W_K", slice(3, 6)), ("W_V", slice(2, 4))):
+    for name, cols in (
+        ("W_Q", slice(3, 6)),
+        ("W_K", slice(3, 6)),
+        ("W_V", slice(2, 4)),
+    ):
         changed = {n: W.copy() for n, W in params.items()}
         changed[name][:, cols] += 0.5  # head 1's columns only
         _, saved_changed = mh.multihead_forward(changed, X, heads=2)
-        assert_array_equal(saved_changed["C"][..., :2], saved["C"][..., :2])  # head 0's block: unchanged
+        # head 0's block: unchanged
+        assert_array_equal(saved_changed["C"][..., :2], saved["C"][..., :2])
         assert not np.allclose(saved_changed["C"][..., 2:], saved["C"][..., 2:])
 
 
 @pytest.mark.parametrize(
     "B, T, D, H, d, r, D_out, lengths",
-    [(2, 5, 7, 2, 3, 2, 7, [3, 5]), (0, 4, 5, 3, 2, 1, 6, None), (3, 3, 4, 2, 1, 3, 2, [0, 3, 1])],
+    [
+        (2, 5, 7, 2, 3, 2, 7, [3, 5]),
+        (0, 4, 5, 3, 2, 1, 6, None),
+        (3, 3, 4, 2, 1, 3, 2, [0, 3, 1]),
+    ],
 )
 def test_gradients_match_finite_differences(B, T, D, H, d, r, D_out, lengths):
-    rng, params, X, key_valid = make_case(seed=B + T, B=B, T=T, D=D, H=H, d=d, r=r, D_out=D_out, lengths=lengths)
+    rng, params, X, key_valid = make_case(
+        seed=B + T, B=B, T=T, D=D, H=H, d=d, r=r, D_out=D_out, lengths=lengths
+    )
     G = rng.normal(size=X.shape[:-1] + (D_out,))
     report = check(params, X, H, key_valid, G)
     assert report.passed, report
     assert {name for name, _ in report.errors} == {"W_Q", "W_K", "W_V", "W_O", "x"}
 
 
-@pytest.mark.parametrize("backward", [multihead_backward_reversed, multihead_backward_no_transpose])
+@pytest.mark.parametrize(
+    "backward", [multihead_backward_reversed, multihead_backward_no_transpose]
+)
 def test_a_backward_with_the_wrong_split_is_caught(backward):
-    # fault control: the same forward with a backward that splits dC wrongly; dW_O is still right
+    # fault control: the same forward with a backward that splits dC wrongly; dW_O is
+    # still right
     rng, params, X, key_valid = make_case(seed=3, B=2, H=2, lengths=[3, 5])
     G = rng.normal(size=X.shape[:-1] + (7,))
     report = check(params, X, 2, key_valid, G, backward=backward)
     assert not report.passed
-    assert {name for (name, _), err in report.errors.items() if err >= report.tolerance} == {"W_Q", "W_K", "W_V", "x"}
+    assert {
+        name for (name, _), err in report.errors.items() if err >= report.tolerance
+    } == {"W_Q", "W_K", "W_V", "x"}
 
 
 def test_padded_positions_get_exactly_zero_input_gradient():
@@ -173,7 +251,9 @@ def test_padded_positions_get_exactly_zero_input_gradient():
     dparams, dX = mh.multihead_backward(params, saved, rng.normal(size=Y.shape))
     assert np.all(dX[~key_valid] == 0.0)
     assert np.all(np.abs(dX[key_valid]).sum(-1) > 0.0)
-    assert set(dparams) == set(params) and all(dparams[n].shape == params[n].shape for n in params)
+    assert set(dparams) == set(params) and all(
+        dparams[n].shape == params[n].shape for n in params
+    )
 
 
 def test_weight_gradients_are_summed_over_the_batch():
@@ -191,8 +271,15 @@ def test_weight_gradients_are_summed_over_the_batch():
 
 
 @settings(max_examples=12)
-@given(st.data(), st.integers(1, 2), st.integers(1, 4), st.integers(1, 4), st.integers(1, 3), st.integers(1, 3),
-       st.integers(1, 3))
+@given(
+    st.data(),
+    st.integers(1, 2),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 3),
+)
 def test_forward_and_gradients_property(data, B, T, D, H, d, r):
     W = {
         "W_Q": data.draw(matrices((D, H * d), scale=1.0)),
@@ -205,7 +292,12 @@ def test_forward_and_gradients_property(data, B, T, D, H, d, r):
     lengths = data.draw(st.lists(st.integers(0, T), min_size=B, max_size=B))
     key_valid = key_valid_from_lengths(lengths, T, side="left")
     Y, _ = mh.multihead_forward(W, X, heads=H, key_valid=key_valid)
-    assert_allclose(Y, mh.multihead_by_loop(W, X, heads=H, key_valid=key_valid), rtol=1e-12, atol=1e-13)
+    assert_allclose(
+        Y,
+        mh.multihead_by_loop(W, X, heads=H, key_valid=key_valid),
+        rtol=1e-12,
+        atol=1e-13,
+    )
     report = check(W, X, H, key_valid, G)
     assert report.passed, report
 
@@ -213,15 +305,52 @@ def test_forward_and_gradients_property(data, B, T, D, H, d, r):
 @pytest.mark.parametrize(
     "change, heads, message",
     [
-        ({"W_Q": np.ones((7, 5)), "W_K": np.ones((7, 5))}, 2, r"W_Q has shape \(7, 5\): its 5 columns do not split into 2 heads"),
-        ({"W_V": np.ones((7, 5))}, 2, r"W_V has shape \(7, 5\): its 5 columns do not split into 2 heads"),
-        ({"W_K": np.ones((7, 4))}, 2, r"W_Q and W_K must have the same shape \(D, H d\): W_Q \(7, 6\), W_K \(7, 4\)"),
-        ({"W_O": np.ones((3, 7))}, 2, r"W_O must have one row per concatenated value column: W_V \(7, 4\), W_O \(3, 7\)"),
-        ({"W_Q": np.ones((6, 6))}, 2, r"W_Q must have one row per input feature: X has shape \(2, 5, 7\), W_Q has shape \(6, 6\)"),
-        ({"W_K": np.ones((6, 6))}, 2, r"W_K must have one row per input feature: X has shape \(2, 5, 7\), W_K has shape \(6, 6\)"),
-        ({"W_V": np.ones((6, 4))}, 2, r"W_V must have one row per input feature: X has shape \(2, 5, 7\), W_V has shape \(6, 4\)"),
+        (
+            {"W_Q": np.ones((7, 5)), "W_K": np.ones((7, 5))},
+            2,
+            r"W_Q has shape \(7, 5\): its 5 columns do not split into 2 heads",
+        ),
+        (
+            {"W_V": np.ones((7, 5))},
+            2,
+            r"W_V has shape \(7, 5\): its 5 columns do not split into 2 heads",
+        ),
+        (
+            {"W_K": np.ones((7, 4))},
+            2,
+            r"W_Q and W_K must have the same shape \(D, H d\): W_Q \(7, 6\), W_K \(7, "
+            r"4\)",
+        ),
+        (
+            {"W_O": np.ones((3, 7))},
+            2,
+            r"W_O must have one row per concatenated value column: W_V \(7, 4\), W_O "
+            r"\(3, 7\)",
+        ),
+        (
+            {"W_Q": np.ones((6, 6))},
+            2,
+            r"W_Q must have one row per input feature: X has shape \(2, 5, 7\), W_Q "
+            r"has shape \(6, 6\)",
+        ),
+        (
+            {"W_K": np.ones((6, 6))},
+            2,
+            r"W_K must have one row per input feature: X has shape \(2, 5, 7\), W_K "
+            r"has shape \(6, 6\)",
+        ),
+        (
+            {"W_V": np.ones((6, 4))},
+            2,
+            r"W_V must have one row per input feature: X has shape \(2, 5, 7\), W_V "
+            r"has shape \(6, 4\)",
+        ),
         ({"W_O": np.ones(4)}, 2, r"W_O must be 2-D, got shape \(4,\)"),
-        ({"W_K": np.full((7, 6), "a")}, 2, r"^W_K must be an array of numbers, got dtype <U1"),
+        (
+            {"W_K": np.full((7, 6), "a")},
+            2,
+            r"^W_K must be an array of numbers, got dtype <U1",
+        ),
         ({}, 0, r"sizes must be positive integers: heads=0 \(got heads=0\)"),
         ({}, 2.0, r"sizes must be positive integers: heads=2.0 \(got heads=2.0\)"),
     ],
@@ -243,16 +372,33 @@ def test_other_bad_input_is_named():
         mh.multihead_backward({n: params[n] for n in ("W_Q", "W_K", "W_V")}, saved, Y)
     with pytest.raises(ValueError, match=r"X must be at least 2-D .* got shape \(7,\)"):
         mh.multihead_forward(params, X[0, 0], heads=2)
-    with pytest.raises(ValueError, match=r"^X must be an array of numbers, got dtype <U1"):
+    with pytest.raises(
+        ValueError, match=r"^X must be an array of numbers, got dtype <U1"
+    ):
         mh.multihead_forward(params, np.full((5, 7), "a"), heads=2)
-    with pytest.raises(ValueError, match=r"key_valid must have shape \(\.\.\., T_k\) with T_k=5 keys, got shape \(2, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"key_valid must have shape \(\.\.\., T_k\) with T_k=5 keys, got shape "
+            r"\(2, 4\)",
+    ):
         mh.multihead_forward(params, X, heads=2, key_valid=np.ones((2, 4), dtype=bool))
-    with pytest.raises(ValueError, match=r"key_valid has shape \(3, 5\); .* batch shape \(2,\)"):
+    with pytest.raises(
+        ValueError, match=r"key_valid has shape \(3, 5\); .* batch shape \(2,\)"
+    ):
         mh.multihead_forward(params, X, heads=2, key_valid=np.ones((3, 5), dtype=bool))
     _, saved = mh.multihead_forward(params, X, heads=2)
-    with pytest.raises(ValueError, match=r"dY must have the shape of the output Y, \(2, 5, 7\), got \(2, 5, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"dY must have the shape of the output Y, \(2, 5, 7\), got \(2, 5, 4\)",
+    ):
         mh.multihead_backward(params, saved, np.ones((2, 5, 4)))
-    with pytest.raises(ValueError, match=r"^dY must be an array of numbers, got dtype <U1"):
+    with pytest.raises(
+        ValueError, match=r"^dY must be an array of numbers, got dtype <U1"
+    ):
         mh.multihead_backward(params, saved, np.full((2, 5, 7), "a"))
-    with pytest.raises(ValueError, match=r"^W_V must be an array of numbers, got dtype <U1"):
-        mh.multihead_backward({**params, "W_V": np.full((7, 4), "a")}, saved, np.ones((2, 5, 7)))
+    with pytest.raises(
+        ValueError, match=r"^W_V must be an array of numbers, got dtype <U1"
+    ):
+        mh.multihead_backward(
+            {**params, "W_V": np.full((7, 4), "a")}, saved, np.ones((2, 5, 7))
+        )

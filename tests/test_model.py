@@ -334,25 +334,44 @@ def test_counted_narrows_the_mean_and_the_other_targets_get_no_gradient():
     counted[:, -1] = True  # the last position of each sequence only
     loss, grads = model_loss(params, ids, targets, config=config, counted=counted)
     logits, _ = model_forward(params, ids, config=config)
-    assert loss == pytest.approx(cross_entropy(logits[:, -1], targets[:, -1]), rel=1e-14)
-    other = np.where(counted, targets, (targets + 3) % 7)  # change every uncounted target
+    last = cross_entropy(logits[:, -1], targets[:, -1])
+    assert loss == pytest.approx(last, rel=1e-14)
+    # change every uncounted target
+    other = np.where(counted, targets, (targets + 3) % 7)
     loss2, grads2 = model_loss(params, ids, other, config=config, counted=counted)
     assert loss2 == loss
     for name, g in flatten_params(grads).items():
         assert_array_equal(flatten_params(grads2)[name], g)
-    both, _ = model_loss(params, ids, targets, config=config, key_valid=key_valid,
-                         counted=key_valid & (np.arange(T) >= 3))
+    both, _ = model_loss(
+        params,
+        ids,
+        targets,
+        config=config,
+        key_valid=key_valid,
+        counted=key_valid & (np.arange(T) >= 3),
+    )
     logits_kv, _ = model_forward(params, ids, config=config, key_valid=key_valid)
     keep = key_valid & (np.arange(T) >= 3)
-    assert both == pytest.approx(cross_entropy(logits_kv[keep], targets[keep]), rel=1e-14)
+    assert both == pytest.approx(
+        cross_entropy(logits_kv[keep], targets[keep]), rel=1e-14
+    )
 
 
-@pytest.mark.parametrize("counted, message", [
-    (np.ones((2, 5), dtype=int), r"counted must be a boolean array of the shape of ids, "
-                                 r"\(2, 5\), got int64 \(2, 5\)"),
-    (np.ones((2, 4), dtype=bool), r"counted must be a boolean array .* got bool \(2, 4\)"),
-    (np.zeros((2, 5), dtype=bool), "no position is counted"),
-])
+@pytest.mark.parametrize(
+    "counted, message",
+    [
+        (
+            np.ones((2, 5), dtype=int),
+            r"counted must be a boolean array of the shape of ids, "
+            r"\(2, 5\), got int64 \(2, 5\)",
+        ),
+        (
+            np.ones((2, 4), dtype=bool),
+            r"counted must be a boolean array .* got bool \(2, 4\)",
+        ),
+        (np.zeros((2, 5), dtype=bool), "no position is counted"),
+    ],
+)
 def test_counted_is_validated(counted, message):
     config, params, ids, _ = case()
     with pytest.raises(ValueError, match=message):
@@ -368,14 +387,17 @@ def test_model_loss_rejects_targets_of_another_shape():
 
 # --- the prefix interface, end to end -------------------------------------------------
 
+
 def test_the_model_passes_the_prefix_interface_on_token_ids():
     config, params, ids, _ = case()
+
     def forward(ids):
         return model_forward(params, ids, config=config)[0]
 
     other = (ids + 1) % config.n_vocab  # differs at every position
     report = prefix_report(forward, ids, other, position_axis=-1)
     assert report.passed, str(report)
+
     # fault control: a model fed its targets (the ids shifted by one) reads the future
     def shifted(ids):
         return forward(np.concatenate([ids[..., 1:], ids[..., :1]], axis=-1))
@@ -386,12 +408,20 @@ def test_the_model_passes_the_prefix_interface_on_token_ids():
 
 # --- counting -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sizes, tied, expected", [
-    (SMALL, False, 400), (SMALL, True, 372),
-    # E 66, P 54, 3 blocks of 4 D^2 + (2 F D + F + D) + 4 D, F = 24; ln_f 12, U 66
-    (dict(n_vocab=11, T_max=9, D=6, heads=3, layers=3), False,
-     66 + 54 + 3 * (144 + 318 + 24) + 12 + 66),
-])
+
+@pytest.mark.parametrize(
+    "sizes, tied, expected",
+    [
+        (SMALL, False, 400),
+        (SMALL, True, 372),
+        # E 66, P 54, 3 blocks of 4 D^2 + (2 F D + F + D) + 4 D, F = 24; ln_f 12, U 66
+        (
+            dict(n_vocab=11, T_max=9, D=6, heads=3, layers=3),
+            False,
+            66 + 54 + 3 * (144 + 318 + 24) + 12 + 66,
+        ),
+    ],
+)
 def test_count_parameters_counts_every_array(sizes, tied, expected):
     params = init_model(ModelConfig(**sizes, tied=tied))
     assert count_parameters(params) == expected
@@ -400,6 +430,7 @@ def test_count_parameters_counts_every_array(sizes, tied, expected):
 
 
 # --- save and load --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_save_and_load_give_bit_identical_logits(tmp_path, tied):
@@ -430,14 +461,26 @@ def test_load_rejects_a_missing_key_a_wrong_shape_and_a_bad_config(tmp_path):
     fields = dataclasses.asdict(config)
     path = tmp_path / "bad.npz"
     cases = [
-        ({k: v for k, v in flat.items() if k != "blocks.1.mlp.down.b"}, fields,
-         r"missing \['blocks.1.mlp.down.b'\], extra \[\]"),
-        ({**flat, "blocks.2.ln1.gamma": np.ones(4)}, fields,
-         r"missing \[\], extra \['blocks.2.ln1.gamma'\]"),
-        ({**flat, "pos.P": np.zeros((5, 4))}, fields,
-         r"pos.P has shape \(5, 4\), the config needs \(6, 4\)"),
-        ({**flat, "ln_f.gamma": np.ones(4, dtype=int)}, fields,
-         r"ln_f.gamma must hold floats, got int64"),
+        (
+            {k: v for k, v in flat.items() if k != "blocks.1.mlp.down.b"},
+            fields,
+            r"missing \['blocks.1.mlp.down.b'\], extra \[\]",
+        ),
+        (
+            {**flat, "blocks.2.ln1.gamma": np.ones(4)},
+            fields,
+            r"missing \[\], extra \['blocks.2.ln1.gamma'\]",
+        ),
+        (
+            {**flat, "pos.P": np.zeros((5, 4))},
+            fields,
+            r"pos.P has shape \(5, 4\), the config needs \(6, 4\)",
+        ),
+        (
+            {**flat, "ln_f.gamma": np.ones(4, dtype=int)},
+            fields,
+            r"ln_f.gamma must hold floats, got int64",
+        ),
         (flat, {**fields, "heads": 3}, r"D=4 must be divisible by heads=3"),
         (flat, {**fields, "width": 4}, r"is not a ModelConfig: .*width"),
         (flat, None, r"holds no config"),
@@ -475,21 +518,43 @@ def test_init_defaults_to_seed_0():
         assert_array_equal(value, flatten_params(seeded)[name])
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda c, p: model_forward(p, [1], config=dataclasses.replace(c, tied=True)),
-     r"^a tied model has no 'unembed' parameters: its logits use E\^T$"),
-    (lambda c, p: model_forward({**p, "blocks": dict(enumerate(p["blocks"]))}, [1],
-                                config=c),
-     r"^params\['blocks'\] must be a list of config.layers=2 blocks, got dict$"),
-    (lambda c, p: model_forward({**p, "pos": {"P": np.ones((5, 4))}}, [1], config=c),
-     r"^P must have shape \(6, 4\) for this config, got \(5, 4\)$"),
-    (lambda c, p: model_forward({**p, "unembed": {"W": np.ones((4, 6))}}, [1], config=c),
-     r"^U must have shape \(4, 7\) for this config, got \(4, 6\)$"),
-    (lambda c, p: model_forward({**p, "embed": {}}, [1], config=c),
-     r"^E params lack \['E'\]"),
-    (lambda c, p: model_forward(p, np.zeros(7, dtype=int), config=c),
-     r"^ids have T=7 positions, more than config.T_max=6$"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda c, p: model_forward(
+                p, [1], config=dataclasses.replace(c, tied=True)
+            ),
+            r"^a tied model has no 'unembed' parameters: its logits use E\^T$",
+        ),
+        (
+            lambda c, p: model_forward(
+                {**p, "blocks": dict(enumerate(p["blocks"]))}, [1], config=c
+            ),
+            r"^params\['blocks'\] must be a list of config.layers=2 blocks, got dict$",
+        ),
+        (
+            lambda c, p: model_forward(
+                {**p, "pos": {"P": np.ones((5, 4))}}, [1], config=c
+            ),
+            r"^P must have shape \(6, 4\) for this config, got \(5, 4\)$",
+        ),
+        (
+            lambda c, p: model_forward(
+                {**p, "unembed": {"W": np.ones((4, 6))}}, [1], config=c
+            ),
+            r"^U must have shape \(4, 7\) for this config, got \(4, 6\)$",
+        ),
+        (
+            lambda c, p: model_forward({**p, "embed": {}}, [1], config=c),
+            r"^E params lack \['E'\]",
+        ),
+        (
+            lambda c, p: model_forward(p, np.zeros(7, dtype=int), config=c),
+            r"^ids have T=7 positions, more than config.T_max=6$",
+        ),
+    ],
+)
 def test_forward_names_each_table_and_count_exactly(call, message):
     config = ModelConfig(**SMALL)
     with pytest.raises(ValueError, match=message):
@@ -502,23 +567,33 @@ def test_backward_names_the_disagreement_and_non_numeric_dlogits(tied):
     params = init_model(config)
     logits, saved = model_forward(params, [1, 2, 3], config=config)
     other = init_model(dataclasses.replace(config, tied=not tied))
-    message = (r"^params and saved disagree: the forward pass was tied, params have "
-               r"'unembed'$" if tied else
-               r"^params and saved disagree: the forward pass was untied, params lack "
-               r"'unembed'$")
+    message = (
+        r"^params and saved disagree: the forward pass was tied, params have "
+        r"'unembed'$"
+        if tied
+        else r"^params and saved disagree: the forward pass was untied, params lack "
+        r"'unembed'$"
+    )
     with pytest.raises(ValueError, match=message):
         model_backward(other, saved, np.ones_like(logits))
     with pytest.raises(ValueError, match="^dlogits must be an array of numbers"):
         model_backward(params, saved, np.full(logits.shape, "a"))
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(heads=0),
-     r"^sizes must be positive integers: heads=0 \(got n_vocab=7, T_max=6, D=4, "
-     r"heads=0, layers=2, ratio=2\)$"),
-    (dict(D=6, heads=4),
-     r"^D=6 must be divisible by heads=4: each head gets D // heads features$"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            dict(heads=0),
+            r"^sizes must be positive integers: heads=0 \(got n_vocab=7, T_max=6, D=4, "
+            r"heads=0, layers=2, ratio=2\)$",
+        ),
+        (
+            dict(D=6, heads=4),
+            r"^D=6 must be divisible by heads=4: each head gets D // heads features$",
+        ),
+    ],
+)
 def test_config_messages_in_full(change, message):
     with pytest.raises(ValueError, match=message):
         ModelConfig(**{**SMALL, **change})
@@ -541,7 +616,8 @@ def test_config_approximate_gelu_reaches_every_block():
     tanh, saved = model_forward(params, ids, config=config)
     assert all(s["mlp"]["gelu"]["approximate"] is True for s in saved["blocks"])
     exact, saved = model_forward(
-        params, ids, config=dataclasses.replace(config, approximate_gelu=False))
+        params, ids, config=dataclasses.replace(config, approximate_gelu=False)
+    )
     assert all(s["mlp"]["gelu"]["approximate"] is False for s in saved["blocks"])
     assert np.max(np.abs(tanh - exact)) > 1e-9
 

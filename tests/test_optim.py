@@ -463,3 +463,69 @@ def test_schedule_rejects_bad_arguments(step, kwargs, message):
     arguments = dict({"lr": 0.1, "warmup": 2, "total": 10}, **kwargs)
     with pytest.raises(ValueError, match=message):
         lr_at(step, **arguments)
+
+
+# --- the edges found by mutation testing ----------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"betas": (0.9, float("nan"))},
+     r"betas\[1\] must be a finite real number, got nan"),
+    ({"eps": float("nan")}, r"eps must be a finite real number, got nan"),
+    ({"weight_decay": float("inf")},
+     r"weight_decay must be a finite real number, got inf"),
+])
+def test_a_non_finite_hyperparameter_is_named(kwargs, message):
+    params = {"W": np.ones((2, 3))}
+    with pytest.raises(ValueError, match=message):
+        adamw_step(params, params, adamw_init(params), lr=0.1, **kwargs)
+
+
+def test_betas_of_zero_are_allowed_and_forget_the_history():
+    # 0 <= b < 1: with b1 = b2 = 0, m = g, v = g^2 and 1 - 0^t = 1 (no correction)
+    p = {"W": np.array([[1.0, -2.0, 0.5]])}
+    _, state = adamw_step(p, {"W": np.full((1, 3), 5.0)}, adamw_init(p), lr=0.1)
+    g = {"W": np.array([[0.3, -4.0, 2.0]])}
+    new, state = adamw_step(p, g, state, lr=0.1, betas=(0.0, 0.0))
+    assert_array_equal(state["m"]["W"], g["W"])
+    assert_array_equal(state["v"]["W"], g["W"] ** 2)
+    assert_allclose(new["W"], p["W"] - 0.1 * g["W"] / (np.abs(g["W"]) + 1e-8),
+                    rtol=1e-15)
+
+
+def test_integer_params_and_a_bad_state_are_named():
+    params = {"W": np.ones((2, 3))}
+    state = adamw_init(params)
+    with pytest.raises(ValueError, match=r"params\['W'\] must be a float array, got "
+                                         r"dtype int"):
+        adamw_step({"W": np.ones((2, 3), dtype=int)}, params, state, lr=0.1)
+    # a tuple (step, m, v) is not the state: named by its type
+    with pytest.raises(ValueError, match=r"\(from adamw_init\), got tuple$"):
+        adamw_step(params, params, (0, state["m"], state["v"]), lr=0.1)
+    with pytest.raises(ValueError, match=r"state\['m'\] must nest like params: it "
+                                         r"lacks \['W'\] and has extra \['V'\]"):
+        adamw_step(params, params, dict(state, m={"V": np.zeros((2, 3))}), lr=0.1)
+
+
+def test_the_default_rule_needs_a_dotted_name():
+    with pytest.raises(ValueError, match=r"path must be a dotted name \(str\), got 0"):
+        decays(0, np.zeros((2, 2)))
+
+
+def test_global_norm_and_clipping_name_a_leaf_that_is_not_numbers():
+    grads = {"W": np.ones(2), "blocks": [{"b": np.array(["x"])}]}
+    for fn in (global_norm, lambda g: clip_by_global_norm(g, 1.0)):
+        with pytest.raises(ValueError, match=r"grads\['blocks.0.b'\] must be an array "
+                                             r"of numbers, got dtype <U1"):
+            fn(grads)
+
+
+def test_schedule_edges_lr_zero_min_lr_equal_to_lr_and_a_non_finite_min_lr():
+    steps = range(1, 6)
+    assert [lr_at(s, lr=0.0, warmup=2, total=5) for s in steps] == [0.0] * 5
+    # min_lr = lr: warm-up, then flat (the cosine has nothing to descend)
+    assert [lr_at(s, lr=0.1, warmup=2, total=5, min_lr=0.1) for s in steps] == [
+        0.05, 0.1, 0.1, 0.1, 0.1]
+    with pytest.raises(ValueError, match=r"min_lr must be a finite real number, "
+                                         r"got nan"):
+        lr_at(1, lr=0.1, warmup=2, total=5, min_lr=float("nan"))

@@ -1,4 +1,5 @@
-"""Tests of attncourse.params: parameters nested by layer and their flat, dotted view."""
+"""Tests of attncourse.params: parameters nested by layer and their flat, dotted
+view."""
 
 import numpy as np
 import pytest
@@ -20,15 +21,22 @@ def small_model(seed=0):
         "embed": init_embedding(rng, 7, 4),
         "pos": init_positions(rng, 6, 4),
         "blocks": [
-            {"attn": init_multihead(rng, 4, heads=2, d=3, r=2), "mlp": init_linear(rng, 4, 5, bias=True)},
-            {"attn": init_multihead(rng, 4, heads=2, d=3, r=2), "mlp": init_linear(rng, 4, 5, bias=True)},
+            {
+                "attn": init_multihead(rng, 4, heads=2, d=3, r=2),
+                "mlp": init_linear(rng, 4, 5, bias=True),
+            },
+            {
+                "attn": init_multihead(rng, 4, heads=2, d=3, r=2),
+                "mlp": init_linear(rng, 4, 5, bias=True),
+            },
         ],
         "unembed": init_linear(rng, 4, 7),
     }
 
 
 def assert_same_nesting(a, b):
-    """``a`` and ``b`` have the same containers, keys, order and leaves (compared exactly)."""
+    """``a`` and ``b`` have the same containers, keys, order and leaves (compared
+    exactly)."""
     assert type(a) is type(b)
     if isinstance(a, dict):
         assert list(a) == list(b)
@@ -46,11 +54,18 @@ def test_flatten_gives_every_array_its_dotted_path_in_order():
     params = small_model()
     flat = flatten_params(params)
     assert list(flat)[:2] == ["embed.E", "pos.P"]
-    assert list(flat)[2:8] == ["blocks.0.attn.W_Q", "blocks.0.attn.W_K", "blocks.0.attn.W_V", "blocks.0.attn.W_O",
-                               "blocks.0.mlp.W", "blocks.0.mlp.b"]
+    assert list(flat)[2:8] == [
+        "blocks.0.attn.W_Q",
+        "blocks.0.attn.W_K",
+        "blocks.0.attn.W_V",
+        "blocks.0.attn.W_O",
+        "blocks.0.mlp.W",
+        "blocks.0.mlp.b",
+    ]
     assert list(flat)[-1] == "unembed.W"
     assert len(flat) == 2 + 2 * 6 + 1
-    assert flat["blocks.1.attn.W_V"] is params["blocks"][1]["attn"]["W_V"]  # a view, not a copy
+    # a view, not a copy
+    assert flat["blocks.1.attn.W_V"] is params["blocks"][1]["attn"]["W_V"]
     assert flat["blocks.0.mlp.b"].shape == (5,)
 
 
@@ -62,7 +77,9 @@ def test_round_trip_over_a_nested_model():
     # unflatten takes its leaves from the flat dict, not from the template
     doubled = {k: 2 * v for k, v in flatten_params(params).items()}
     out = unflatten_params(doubled, params)
-    assert_array_equal(out["blocks"][1]["mlp"]["W"], 2 * params["blocks"][1]["mlp"]["W"])
+    assert_array_equal(
+        out["blocks"][1]["mlp"]["W"], 2 * params["blocks"][1]["mlp"]["W"]
+    )
     assert out["blocks"][1]["mlp"]["W"] is doubled["blocks.1.mlp.W"]
 
 
@@ -79,11 +96,17 @@ def test_empty_containers_flatten_to_nothing():
     assert flatten_params({}) == {}
     assert unflatten_params({}, {}) == {}
     assert flatten_params({"loss": {}, "blocks": []}) == {}
-    assert unflatten_params({}, {"loss": {}, "blocks": []}) == {"loss": {}, "blocks": []}
+    assert unflatten_params({}, {"loss": {}, "blocks": []}) == {
+        "loss": {},
+        "blocks": [],
+    }
 
 
 def test_names_with_a_dot_are_rejected():
-    with pytest.raises(ValueError, match=r"parameter names may not contain '\.', got 'W.Q' under 'blocks\.0'"):
+    with pytest.raises(
+        ValueError,
+        match=r"parameter names may not contain '\.', got 'W.Q' under 'blocks\.0'",
+    ):
         flatten_params({"blocks": [{"W.Q": np.ones(2)}]})
     with pytest.raises(ValueError, match=r"got 'a.b' under 'the root'"):
         flatten_params({"a.b": np.ones(2)})
@@ -95,20 +118,35 @@ def test_unflatten_rejects_missing_and_extra_keys():
     params = small_model()
     flat = flatten_params(params)
     missing = {k: v for k, v in flat.items() if k != "blocks.1.mlp.b"}
-    with pytest.raises(ValueError, match=r"flat parameters lack \['blocks\.1\.mlp\.b'\] and have extra \[\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"flat parameters lack \['blocks\.1\.mlp\.b'\] and have extra \[\]",
+    ):
         unflatten_params(missing, params)
-    with pytest.raises(ValueError, match=r"lack \[\] and have extra \['blocks\.2\.mlp\.W'\]"):
+    with pytest.raises(
+        ValueError, match=r"lack \[\] and have extra \['blocks\.2\.mlp\.W'\]"
+    ):
         unflatten_params({**flat, "blocks.2.mlp.W": np.ones(1)}, params)
-    with pytest.raises(ValueError, match=r"lack \['embed\.E'\] and have extra \['embed\.U'\]"):
-        unflatten_params({**{k: v for k, v in flat.items() if k != "embed.E"}, "embed.U": flat["embed.E"]}, params)
+    with pytest.raises(
+        ValueError, match=r"lack \['embed\.E'\] and have extra \['embed\.U'\]"
+    ):
+        unflatten_params(
+            {
+                **{k: v for k, v in flat.items() if k != "embed.E"},
+                "embed.U": flat["embed.E"],
+            },
+            params,
+        )
 
 
 names = st.text(alphabet="abcWQ_0", min_size=1, max_size=3)
 leaves = st.integers(1, 3).map(lambda n: np.arange(float(n)))
 nested = st.recursive(
     leaves,
-    lambda children: st.one_of(st.dictionaries(names, children, min_size=1, max_size=3),
-                               st.lists(children, min_size=1, max_size=3)),
+    lambda children: st.one_of(
+        st.dictionaries(names, children, min_size=1, max_size=3),
+        st.lists(children, min_size=1, max_size=3),
+    ),
     max_leaves=8,
 )
 

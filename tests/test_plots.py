@@ -1,4 +1,5 @@
-"""Tests of attncourse.plots: the figure data, and that every figure draws (Agg backend)."""
+"""Tests of attncourse.plots: the figure data, and that every figure draws (Agg
+backend)."""
 
 import matplotlib
 
@@ -22,7 +23,8 @@ def test_scaling_experiment_shows_the_sqrt_d_law():
     assert np.all(np.diff(st["max_weight_unscaled"]) > 0)
     assert st["max_weight_tied"][-1] > st["max_weight_scaled"][-1] + 0.5
     for v in ("max_weight_scaled", "max_weight_unscaled", "max_weight_tied"):
-        assert np.all((1 / 8 <= st[v]) & (st[v] <= 1))  # a largest weight lies between uniform and one-hot
+        # a largest weight lies between uniform and one-hot
+        assert np.all((1 / 8 <= st[v]) & (st[v] <= 1))
 
 
 def test_scaling_experiment_is_seeded():
@@ -30,13 +32,22 @@ def test_scaling_experiment_is_seeded():
     b = plots.scaling_experiment([4, 8], n_queries=50, n_keys=4, seed=3)
     for k in a:
         assert_allclose(a[k], b[k], rtol=0, atol=0)
-    c = plots.scaling_experiment([4, 8], n_queries=50, n_keys=4, seed=4)  # control: another seed
+    # control: another seed
+    c = plots.scaling_experiment([4, 8], n_queries=50, n_keys=4, seed=4)
     assert a.keys() == c.keys()
     for k in a:
         assert not np.allclose(a[k], c[k]), f"{k} does not depend on the seed"
 
 
-@pytest.mark.parametrize("kwargs", [dict(dims=[]), dict(dims=[0, 2]), dict(dims=[2], n_keys=1), dict(dims=[2], n_queries=1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(dims=[]),
+        dict(dims=[0, 2]),
+        dict(dims=[2], n_keys=1),
+        dict(dims=[2], n_queries=1),
+    ],
+)
 def test_scaling_experiment_rejects_bad_arguments(kwargs):
     with pytest.raises(ValueError, match="need dims >= 1"):
         plots.scaling_experiment(**kwargs)
@@ -48,9 +59,11 @@ def test_step_size_errors_show_truncation_and_round_off():
     exact = np.cos(x) * np.exp(x) + np.sin(x) * np.exp(x)
     steps = np.logspace(-1, -12, 12)
     errs = plots.step_size_errors(f, x, exact, steps)
-    assert errs[0] > 1e-4 and errs[-1] > 1e-6   # both ends are poor
-    assert errs[4] < 1e-9                        # h = 1e-5 is good
-    with pytest.raises(ValueError, match=r"analytic gradient has shape \(2,\), x has shape \(3,\)"):
+    assert errs[0] > 1e-4 and errs[-1] > 1e-6  # both ends are poor
+    assert errs[4] < 1e-9  # h = 1e-5 is good
+    with pytest.raises(
+        ValueError, match=r"analytic gradient has shape \(2,\), x has shape \(3,\)"
+    ):
         plots.step_size_errors(f, x, exact[:2], steps)
 
 
@@ -58,8 +71,16 @@ def test_figures_draw():
     st = plots.scaling_experiment([2, 4], n_queries=20, n_keys=4, seed=0)
     steps = np.logspace(-1, -3, 3)
     figs = [
-        plots.weights_heatmap([(np.array([[0.75, 0.25], [0.25, 0.75]]), "A", [["3/4", "1/4"], ["1/4", "3/4"]]),
-                               (np.full((2, 3), 1 / 3), "B")]),
+        plots.weights_heatmap(
+            [
+                (
+                    np.array([[0.75, 0.25], [0.25, 0.75]]),
+                    "A",
+                    [["3/4", "1/4"], ["1/4", "3/4"]],
+                ),
+                (np.full((2, 3), 1 / 3), "B"),
+            ]
+        ),
         plots.scaling_figure([2, 4], st, n_keys=4),
         plots.step_size_figure(steps, {"Q": np.array([1e-3, 1e-5, 1e-7])}),
         plots.graph_figure(),

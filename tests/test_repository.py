@@ -1,4 +1,5 @@
-"""Repository-wide checks: notebooks are stored stripped, import attncourse stays light, and its API is curated."""
+"""Repository-wide checks: notebooks are stored stripped, code lines are at most 88
+characters, import attncourse stays light, and its API is curated."""
 
 import importlib
 import json
@@ -14,11 +15,14 @@ NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 
 def stored_outputs(path):
-    """Return the indices of code cells in the notebook at ``path`` that carry outputs or counts."""
+    """Return the indices of code cells in the notebook at ``path`` that carry outputs
+    or counts."""
     cells = json.loads(path.read_text())["cells"]
     return [
-        i for i, c in enumerate(cells)
-        if c["cell_type"] == "code" and (c.get("outputs") or c.get("execution_count") is not None)
+        i
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "code"
+        and (c.get("outputs") or c.get("execution_count") is not None)
     ]
 
 
@@ -33,25 +37,96 @@ def test_notebook_is_stored_without_outputs(path):
 
 def test_stored_outputs_detects_an_executed_notebook(tmp_path):
     # fault control: a notebook that carries an output must be flagged
-    nb = {"cells": [{"cell_type": "code", "source": "1", "metadata": {}, "execution_count": 1,
-                     "outputs": [{"output_type": "execute_result", "data": {"text/plain": "1"},
-                                  "metadata": {}, "execution_count": 1}]}],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "source": "1",
+                "metadata": {},
+                "execution_count": 1,
+                "outputs": [
+                    {
+                        "output_type": "execute_result",
+                        "data": {"text/plain": "1"},
+                        "metadata": {},
+                        "execution_count": 1,
+                    }
+                ],
+            }
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path = tmp_path / "executed.ipynb"
     path.write_text(json.dumps(nb))
     assert stored_outputs(path) == [0]
 
 
+MAX_LINE = 88  # as [tool.ruff] line-length in pyproject.toml
+
+
+def long_lines(path):
+    """``(line number, length)`` of each code line over MAX_LINE characters in ``path``.
+
+    In a notebook, the lines of its code cells are numbered through the cells; in a
+    Python file, every line counts (code, comments and docstrings alike).
+    """
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        lines = [line for c in cells if c["cell_type"] == "code"
+                 for line in "".join(c["source"]).splitlines()]
+    else:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    return [(i, len(line)) for i, line in enumerate(lines, 1) if len(line) > MAX_LINE]
+
+
+# what a reader sees as code: the chapters' code cells (in the book and in Jupyter) and
+# the package, whose source the chapters show; also the tools and the test settings
+CODE = [*NOTEBOOKS, *sorted((ROOT / "src" / "attncourse").rglob("*.py")),
+        *sorted((ROOT / "tools").glob("*.py")), ROOT / "conftest.py"]
+
+
+@pytest.mark.parametrize("path", CODE, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_code_lines_are_at_most_88_characters(path):
+    found = long_lines(path)
+    assert found == [], (
+        f"{path.relative_to(ROOT)}: lines over {MAX_LINE} characters, (line, length): "
+        f"{found}; wrap them (ruff check lists them; ruff format --range helps)")
+
+
+def test_long_lines_counts_notebook_code_cells_only(tmp_path):
+    # fault control: a long code line is found, a long Markdown line is not
+    long = "x = " + "1 + " * 30 + "1"
+    nb = {"cells": [{"cell_type": "markdown", "source": ["m" * 200], "metadata": {}},
+                    {"cell_type": "code", "source": ["y = 1\n", long], "metadata": {},
+                     "execution_count": None, "outputs": []}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "wide.ipynb"
+    path.write_text(json.dumps(nb))
+    assert long_lines(path) == [(2, len(long))]
+    module = tmp_path / "wide.py"
+    module.write_text(f'"""Doc."""\n# {"c" * 87}\n{long}\n')
+    assert long_lines(module) == [(2, 89), (3, len(long))]
+
+
 def test_import_attncourse_does_not_import_sympy_or_matplotlib():
-    code = "import sys, attncourse; print(sorted(m for m in ('sympy', 'matplotlib') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    code = (
+        "import sys, attncourse; "
+        "print(sorted(m for m in ('sympy', 'matplotlib') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
 def test_the_import_check_sees_sympy_when_it_is_imported():
     # fault control for the check above: importing the symbolic module does load sympy
     code = "import sys, attncourse.symbolic; print('sympy' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "True"
 
 
@@ -59,18 +134,26 @@ def test_the_top_level_api_is_curated_and_importable():
     ac = importlib.import_module("attncourse")
     names = ac.__all__
     assert len(names) == len(set(names)), "a name is listed twice in attncourse.__all__"
-    assert 0 < len(names) <= 40, f"attncourse.__all__ has {len(names)} names; keep the curated API to 40 or fewer"
+    assert 0 < len(names) <= 40, (
+        f"attncourse.__all__ has {len(names)} names; keep the curated API to 40 or "
+        "fewer"
+    )
     for name in names:
         assert getattr(ac, name) is not None, name
     namespace = {}
-    exec("from attncourse import *", namespace)  # every listed name really is importable
+    # every listed name really is importable
+    exec("from attncourse import *", namespace)
     assert set(names) <= set(namespace)
-    assert {"softmax", "attention_forward", "layer_gradcheck", "CheckFailed"} <= set(names)
+    assert {"softmax", "attention_forward", "layer_gradcheck", "CheckFailed"} <= set(
+        names
+    )
 
 
 def all_modules():
     package = importlib.import_module("attncourse")
-    return sorted(m.name for m in pkgutil.walk_packages(package.__path__, "attncourse."))
+    return sorted(
+        m.name for m in pkgutil.walk_packages(package.__path__, "attncourse.")
+    )
 
 
 @pytest.mark.parametrize("name", all_modules())
@@ -86,7 +169,9 @@ def test_the_version_is_written_once_and_read_from_the_installed_metadata():
 
     import attncourse
 
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "version"
+    ]
     assert attncourse.__version__ == declared
     source = (ROOT / "src" / "attncourse" / "__init__.py").read_text()
     assert declared not in source  # not written a second time

@@ -411,3 +411,85 @@ def test_generate_rejects_bad_input(model, prompt, n_new, kw, match):
     kw = {"config": config, "rng": np.random.default_rng(0), **kw}
     with pytest.raises(ValueError, match=match):
         generate(params, prompt, n_new, **kw)
+
+
+# --- the edges found by mutation testing ----------------------------------------------
+
+
+class Uniforms(np.random.Generator):
+    """A Generator whose ``random`` returns one given uniform for every row."""
+
+    u = 0.0
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        return np.full(size, self.u)
+
+
+def uniforms(u):
+    rng = Uniforms(np.random.PCG64(0))
+    rng.u = u
+    return rng
+
+
+def test_draw_at_the_extreme_uniforms_picks_the_first_i_with_f_i_above_u():
+    # rng.random returns multiples of 2^-53 in [0, 1): 0 and 1 - 2^-53 can both occur
+    P = np.array([0.0, 0.5, 0.0, 0.5, 0.0])
+    assert draw(P, uniforms(0.0)) == 1  # F_0 = 0 is not > 0: id 0 has probability 0
+    assert draw(P, uniforms(0.5)) == 3  # F_1 = 0.5 is not > 0.5
+    # a row summing to 1 - 5e-10 (accepted) is divided by its sum: F_last = 1 > u
+    short = np.array([0.25, 0.75 - 5e-10, 0.0])
+    assert draw(short, uniforms(1.0 - 2.0 ** -53)) == 1
+
+
+def test_draw_checks_the_row_sums_at_the_values_given():
+    # three float32 thirds sum to 1 + 3e-8 (float32 arithmetic would round it to 1)
+    third = np.float32(1 / 3)
+    assert abs(3 * float(third) - 1.0) > 1e-9
+    with pytest.raises(ValueError, match=r"P must hold probabilities"):
+        draw(np.full(3, third), np.random.default_rng(0))
+
+
+def test_ties_go_to_the_lowest_ids_in_a_large_vocabulary():
+    # large tied groups: an unstable sort (numpy's default) would order them arbitrarily
+    z = np.zeros(1000)
+    z[::3] = 1.0  # 334 tied maxima
+    assert_array_equal(np.flatnonzero(probabilities(z, top_k=50)), np.arange(0, 150, 3))
+    q = softmax(z)[0]  # the probability of each maximum
+    kept = np.flatnonzero(probabilities(z, top_p=49.5 * q))
+    assert_array_equal(kept, np.arange(0, 150, 3))
+
+
+def test_top_p_stops_at_a_sum_equal_to_p_minus_the_tolerance():
+    p = 0.5 + TOP_P_TOLERANCE
+    assert p - TOP_P_TOLERANCE == 0.5  # the cut lands exactly on the second sum
+    assert_array_equal(probabilities(np.zeros(4), top_p=p), [0.5, 0.5, 0, 0])
+
+
+def test_a_bad_rng_is_named_by_its_type():
+    with pytest.raises(ValueError, match=r"default_rng\(seed\)\), got int$"):
+        sample(Z4, 0)
+
+
+def test_generate_defaults_to_temperature_one_and_passes_top_p_on(model):
+    config, params = model
+    prompt = np.array([[2, 7], [7, 2]])
+
+    def run(**kw):
+        return generate(params, prompt, 12, config=config,
+                        rng=np.random.default_rng(0), **kw)
+
+    assert_array_equal(run(), run(temperature=1.0))
+    # a tiny top_p keeps only the most probable token: greedy decoding
+    assert_array_equal(run(top_p=1e-9), run(temperature=0))
+    assert not np.array_equal(run(), run(temperature=0))
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"top_k": 0}, "top_k must be None or an integer >= 1, got 0"),
+    ({"top_p": 0.0}, r"top_p must be None or a number in \(0, 1\], got 0.0"),
+])
+def test_generate_checks_the_settings_even_when_nothing_is_generated(model, kw, match):
+    config, params = model
+    with pytest.raises(ValueError, match=match):
+        generate(params, np.array([1, 2]), 0, config=config,
+                 rng=np.random.default_rng(0), **kw)

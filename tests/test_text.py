@@ -23,7 +23,7 @@ from attncourse.text import (
 texts = st.text(alphabet="abcxyz .,!\né", min_size=1, max_size=40)
 
 
-# --- the tokenizer ---------------------------------------------------------------------------
+# --- the tokenizer --------------------------------------------------------------------
 
 
 def test_known_encoding():
@@ -44,22 +44,38 @@ def test_empty_text_is_handled_clearly():
 
 
 def test_unknown_characters_are_named():
-    with pytest.raises(ValueError, match=r"character 'z' \(first at position 1\) is not in the vocabulary 'abc'"):
+    with pytest.raises(
+        ValueError,
+        match=r"character 'z' \(first at position 1\) is not in the vocabulary 'abc'",
+    ):
         encode("azb", "abc")
-    with pytest.raises(ValueError, match=r"characters 'q' \(first at position 0\), 'z' \(first at position 2\) are not"):
+    with pytest.raises(
+        ValueError,
+        match=r"characters 'q' \(first at position 0\), 'z' \(first at position 2\) "
+            r"are not",
+    ):
         encode("qaz", "abc")
 
 
 def test_bad_ids_are_named():
-    with pytest.raises(ValueError, match=r"out of range for a vocabulary of 3 tokens \(valid ids are 0..2\): \[-2, 3, 7\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"out of range for a vocabulary of 3 tokens \(valid ids are 0..2\): "
+            r"\[-2, 3, 7\]",
+    ):
         decode([0, 3, 7, -2, 3], "abc")
     with pytest.raises(ValueError, match="ids must be integers, got dtype float64"):
         validate_ids(np.array([0.0, 1.0]), 3)
     with pytest.raises(ValueError, match="ids must be integers, got dtype bool"):
         validate_ids(np.array([True]), 3)
-    with pytest.raises(ValueError, match=r"sizes must be positive integers: n_vocab=0 \(got n_vocab=0\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"sizes must be positive integers: n_vocab=0 \(got n_vocab=0\)",
+    ):
         validate_ids([0], 0)
-    with pytest.raises(ValueError, match=r"ids must be 1-D to decode into one text, got shape \(1, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"ids must be 1-D to decode into one text, got shape \(1, 2\)"
+    ):
         decode([[0, 1]], "abc")
 
 
@@ -68,7 +84,9 @@ def test_validate_ids_names_the_argument_and_lists_at_most_ten_values():
         validate_ids([5], 3, name="targets y")
     with pytest.raises(ValueError, match=r"targets y must be integers"):
         validate_ids([0.5], 3, name="targets y")
-    with pytest.raises(ValueError, match=r"\[3, 4, 5, 6, 7, 8, 9, 10, 11, 12, \.\.\.\]$"):
+    with pytest.raises(
+        ValueError, match=r"\[3, 4, 5, 6, 7, 8, 9, 10, 11, 12, \.\.\.\]$"
+    ):
         validate_ids(np.arange(20), 3)
 
 
@@ -77,7 +95,9 @@ def test_bad_vocabularies_and_texts():
         validate_vocab("aba")
     with pytest.raises(ValueError, match="vocabulary is empty"):
         encode("a", "")
-    with pytest.raises(ValueError, match="vocabulary must be a str of distinct characters, got list"):
+    with pytest.raises(
+        ValueError, match="vocabulary must be a str of distinct characters, got list"
+    ):
         validate_vocab(["a", "b"])
     with pytest.raises(ValueError, match="text must be a str, got list"):
         encode(["a"], "a")
@@ -108,7 +128,7 @@ def test_vocabulary_is_sorted_distinct_and_order_free(text):
     assert validate_vocab(vocab) == vocab
 
 
-# --- the corpus ------------------------------------------------------------------------------
+# --- the corpus -----------------------------------------------------------------------
 
 
 def test_deterministic_for_a_seed_and_different_across_seeds():
@@ -118,7 +138,9 @@ def test_deterministic_for_a_seed_and_different_across_seeds():
 
 def sentence_pattern():
     words = {c: "|".join(w for w, _ in GRAMMAR[c]) for c in GRAMMAR}
-    np_ = rf"(?:{words['determiner']}) (?:(?:{words['adjective']}) )?(?:{words['noun']})"
+    np_ = (
+        rf"(?:{words['determiner']}) (?:(?:{words['adjective']}) )?(?:{words['noun']})"
+    )
     return re.compile(rf"{np_} (?:{words['verb']}) {np_}\.")
 
 
@@ -146,7 +168,8 @@ def test_grammar_probabilities_sum_to_one():
 
 
 def test_adjective_frequency_matches_its_probability():
-    # 2 noun phrases per sentence; the count of adjectives is binomial(n, ADJECTIVE_PROBABILITY)
+    # 2 noun phrases per sentence; the count of adjectives is binomial(n,
+    # ADJECTIVE_PROBABILITY)
     n_sentences = 2000
     adjectives = {w for w, _ in GRAMMAR["adjective"]}
     words = make_corpus(n_sentences, seed=5).replace(".", "").split()
@@ -157,20 +180,30 @@ def test_adjective_frequency_matches_its_probability():
 
 
 def test_bad_sizes():
-    with pytest.raises(ValueError, match="sizes must be positive integers: n_sentences=0"):
+    with pytest.raises(
+        ValueError, match="sizes must be positive integers: n_sentences=0"
+    ):
         make_corpus(0)
-    with pytest.raises(ValueError, match="sizes must be positive integers: n_sentences=2.5"):
+    with pytest.raises(
+        ValueError, match="sizes must be positive integers: n_sentences=2.5"
+    ):
         make_corpus(2.5)
 
 
-# --- associative recall --------------------------------------------------------------------
+# --- associative recall ---------------------------------------------------------------
 
 from fractions import Fraction  # noqa: E402
 from itertools import permutations, product  # noqa: E402
 
-from attncourse.text import (RecallTask, recall_answers, recall_batch,  # noqa: E402
-                             recall_batches, recall_bigram_ceiling, recall_text,
-                             window_batches)
+from attncourse.text import (
+    RecallTask,
+    recall_answers,
+    recall_batch,  # noqa: E402
+    recall_batches,
+    recall_bigram_ceiling,
+    recall_text,
+    window_batches,
+)
 
 
 def test_recall_tokens_ids_and_lengths():
@@ -185,11 +218,13 @@ def test_recall_sequences_are_pairs_a_question_and_a_listed_key():
     task = RecallTask(n_keys=6, n_values=5, n_pairs=4)
     ids, targets, counted = recall_batch(task, 300, np.random.default_rng(0))
     assert ids.shape == targets.shape == counted.shape == (300, task.T)
-    assert_array_equal(targets[:, :-1], ids[:, 1:])  # the next token, position by position
+    # the next token, position by position
+    assert_array_equal(targets[:, :-1], ids[:, 1:])
     assert counted[:, -1].all() and not counted[:, :-1].any()
     pairs = ids[:, :4]
     keys, values = pairs // 5, pairs % 5
-    assert (np.sort(keys, axis=1)[:, 1:] != np.sort(keys, axis=1)[:, :-1]).all()  # distinct
+    # distinct
+    assert (np.sort(keys, axis=1)[:, 1:] != np.sort(keys, axis=1)[:, :-1]).all()
     assert (ids[:, 4] == task.question).all()
     asked = ids[:, 5] - task.key(0)
     where = keys == asked[:, None]
@@ -202,7 +237,8 @@ def test_recall_values_keys_and_the_asked_pair_are_uniform():
     task = RecallTask(n_keys=6, n_values=5, n_pairs=3)
     ids, targets, _ = recall_batch(task, 30000, np.random.default_rng(1))
     n = len(ids)
-    margin = np.sqrt(np.log(2 * 30 / 1e-6) / (2 * n))  # Hoeffding + Bonferroni, alpha 1e-6
+    # Hoeffding + Bonferroni, alpha 1e-6
+    margin = np.sqrt(np.log(2 * 30 / 1e-6) / (2 * n))
     answers = np.bincount(targets[:, -1] - task.value(0), minlength=5) / n
     assert np.abs(answers - 1 / 5).max() < margin
     asked = np.bincount(ids[:, -1] - task.key(0), minlength=6) / n
@@ -220,14 +256,18 @@ def exact_best_bigram(task):
             for asked in range(task.n_pairs):
                 cell = (keys[asked], values[asked])
                 joint[cell] = joint.get(cell, 0) + weight
-    return sum(max(joint.get((k, v), 0) for v in range(task.n_values))
-               for k in range(task.n_keys))
+    return sum(
+        max(joint.get((k, v), 0) for v in range(task.n_values))
+        for k in range(task.n_keys)
+    )
 
 
 @pytest.mark.parametrize("sizes", [(2, 2, 1), (3, 2, 2), (4, 3, 3), (3, 4, 2)])
 def test_the_bigram_ceiling_is_the_exact_best_bigram_accuracy(sizes):
     task = RecallTask(*sizes)
-    assert recall_bigram_ceiling(task) == exact_best_bigram(task) == Fraction(1, sizes[1])
+    assert (
+        recall_bigram_ceiling(task) == exact_best_bigram(task) == Fraction(1, sizes[1])
+    )
 
 
 def test_recall_text_reads_the_tokens():
@@ -237,20 +277,33 @@ def test_recall_text_reads_the_tokens():
     assert recall_text(task, ids[0]) == "d2 a1 ? a"
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda: RecallTask(n_keys=27), "at most 26 keys and 10 values"),
-    (lambda: RecallTask(n_values=11), "at most 26 keys and 10 values"),
-    (lambda: RecallTask(n_keys=2, n_pairs=3), "n_pairs=3 distinct keys need n_keys >= 3"),
-    (lambda: RecallTask(n_pairs=0), "n_pairs=0"),
-    (lambda: recall_batch("task", 2, np.random.default_rng(0)), "task must be a RecallTask"),
-    (lambda: recall_batch(RecallTask(), 0, np.random.default_rng(0)), "n=0"),
-    (lambda: recall_answers(RecallTask(), np.zeros((2, 3), int)),
-     r"ids must have shape \(n, 6\), got \(2, 3\)"),
-    (lambda: recall_answers(RecallTask(n_pairs=2), np.array([[0, 0, 72, 64]])),
-     "each sequence must list the asked key exactly once"),
-    (lambda: recall_text(RecallTask(), [100]), "100"),
-    (lambda: window_batches(np.arange(3), 3, 2, seed=0), "more than T=3 tokens"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: RecallTask(n_keys=27), "at most 26 keys and 10 values"),
+        (lambda: RecallTask(n_values=11), "at most 26 keys and 10 values"),
+        (
+            lambda: RecallTask(n_keys=2, n_pairs=3),
+            "n_pairs=3 distinct keys need n_keys >= 3",
+        ),
+        (lambda: RecallTask(n_pairs=0), "n_pairs=0"),
+        (
+            lambda: recall_batch("task", 2, np.random.default_rng(0)),
+            "task must be a RecallTask",
+        ),
+        (lambda: recall_batch(RecallTask(), 0, np.random.default_rng(0)), "n=0"),
+        (
+            lambda: recall_answers(RecallTask(), np.zeros((2, 3), int)),
+            r"ids must have shape \(n, 6\), got \(2, 3\)",
+        ),
+        (
+            lambda: recall_answers(RecallTask(n_pairs=2), np.array([[0, 0, 72, 64]])),
+            "each sequence must list the asked key exactly once",
+        ),
+        (lambda: recall_text(RecallTask(), [100]), "100"),
+        (lambda: window_batches(np.arange(3), 3, 2, seed=0), "more than T=3 tokens"),
+    ],
+)
 def test_recall_and_window_input_is_validated(call, message):
     with pytest.raises(ValueError, match=message):
         call()

@@ -1,6 +1,6 @@
-"""Tests of attncourse.tiled beyond the conformance suite (which holds the causal pair to
-values, gradients, causality, padding, the prefix interface, extreme scores, bad input
-and the dropout contract): the online-softmax state and its merge, the tiles, the
+"""Tests of attncourse.tiled beyond the conformance suite (which holds the causal pair
+to values, gradients, causality, padding, the prefix interface, extreme scores, bad
+input and the dropout contract): the online-softmax state and its merge, the tiles, the
 non-causal pass, the threads, and memory that never grows as T x T."""
 
 import itertools
@@ -21,7 +21,8 @@ from attncourse.tiled import (SoftmaxState, TiledWeights, causal_tiles, empty_st
 
 
 def row_case(seed, n=3, k=11, r=2):
-    """Scores of n rows against k keys, spread so that the maximum moves between parts."""
+    """Scores of n rows against k keys, spread so that the maximum moves between
+    parts."""
     rng = np.random.default_rng(seed)
     return 3.0 * rng.standard_normal((n, k)), rng.standard_normal((k, r))
 
@@ -37,7 +38,7 @@ def assert_same_state(actual, desired, rtol=1e-14):
                         atol=1e-15, err_msg=name)
 
 
-# --- the online softmax ----------------------------------------------------------------
+# --- the online softmax ---------------------------------------------------------------
 
 @pytest.mark.parametrize("cuts", [[1], [5], [10], [2, 7], [1, 2, 3, 4]])
 def test_merging_the_parts_of_a_row_gives_the_state_of_the_whole_row(cuts):
@@ -97,22 +98,28 @@ def test_a_tile_with_hidden_keys_only_gives_the_empty_state():
 
 def test_the_state_functions_reject_mismatched_shapes():
     S, V = row_case(5)
-    with pytest.raises(ValueError, match=r"S \(\.\.\., n, k\) .* S has shape \(3, 11\), "
-                       r"V has shape \(4, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"S \(\.\.\., n, k\) .* S has shape \(3, 11\), "
+        r"V has shape \(4, 2\)",
+    ):
         tile_state(S, V[:4])
     with pytest.raises(ValueError, match=r"o has shapes \(3, 2\) and \(3, 3\)"):
         merge_states(empty_state((3,), 2), empty_state((3,), 3))
 
 
-# --- the tiles ---------------------------------------------------------------------------
+# --- the tiles ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("T_q, T_k, bq, bk", [(8, 8, 2, 2), (7, 7, 3, 2), (3, 5, 2, 2),
-                                               (6, 6, 1, 1), (5, 5, 8, 8)])
+
+@pytest.mark.parametrize(
+    "T_q, T_k, bq, bk",
+    [(8, 8, 2, 2), (7, 7, 3, 2), (3, 5, 2, 2), (6, 6, 1, 1), (5, 5, 8, 8)],
+)
 def test_the_causal_tiles_cover_every_visible_pair_once(T_q, T_k, bq, bk):
     count = np.zeros((T_q, T_k), dtype=int)
     for t in causal_tiles(T_q, T_k, bq, bk):
-        count[t.i0:t.i1, t.j0:t.j1] += 1
-        assert t.masked == (not causal_mask(T_q, T_k)[t.i0:t.i1, t.j0:t.j1].all())
+        count[t.i0 : t.i1, t.j0 : t.j1] += 1
+        assert t.masked == (not causal_mask(T_q, T_k)[t.i0 : t.i1, t.j0 : t.j1].all())
     visible = causal_mask(T_q, T_k)
     assert np.all(count[visible] == 1)
     assert np.all(count <= 1)
@@ -130,8 +137,11 @@ def test_the_tiles_above_the_diagonal_are_skipped():
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, None, "4"])
 def test_bad_tile_sizes_raise_value_errors_that_name_them(bad):
     Q = np.ones((4, 3))
-    with pytest.raises(ValueError, match=rf"^block_q must be a positive integer, got "
-                       rf"{repr(bad).replace('.', '[.]')}$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^block_q must be a positive integer, got "
+        rf"{repr(bad).replace('.', '[.]')}$",
+    ):
         tiled_attention_forward(Q, Q, Q, block_q=bad)
     with pytest.raises(ValueError, match=r"^block_k must be a positive integer"):
         tiled_causal_attention(Q, Q, Q, block_k=bad)
@@ -141,12 +151,16 @@ def test_bad_tile_sizes_raise_value_errors_that_name_them(bad):
         tiled_implementation(bad)
 
 
-# --- the passes --------------------------------------------------------------------------
+# --- the passes -----------------------------------------------------------------------
+
 
 def qkv(seed, batch_q=(2, 1), batch_k=(3,), batch_v=(1, 3), T_q=7, T_k=7, d=3, r=5):
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((*batch_q, T_q, d)), rng.standard_normal((*batch_k, T_k, d)),
-            rng.standard_normal((*batch_v, T_k, r)))
+    return (
+        rng.standard_normal((*batch_q, T_q, d)),
+        rng.standard_normal((*batch_k, T_k, d)),
+        rng.standard_normal((*batch_v, T_k, r)),
+    )
 
 
 @pytest.mark.parametrize("blocks", [(1, 1), (2, 3), (4, 4), (16, 16)])
@@ -157,8 +171,9 @@ def test_the_non_causal_pass_equals_the_reference(blocks):
     O_ref, _ = attention_forward(Q, K, V)
     assert_allclose(O, O_ref, rtol=1e-12, atol=1e-14)
     G = np.random.default_rng(1).standard_normal(O.shape)
-    for got, want in zip(tiled_attention_backward(saved, G),
-                         attention_backward(Q, K, V, G)):
+    for got, want in zip(
+        tiled_attention_backward(saved, G), attention_backward(Q, K, V, G)
+    ):
         assert got.shape == want.shape
         assert_allclose(got, want, rtol=1e-11, atol=1e-13)
 
@@ -166,8 +181,9 @@ def test_the_non_causal_pass_equals_the_reference(blocks):
 def test_padding_without_the_causal_mask():
     Q, K, V = qkv(2, (2,), (2,), (2,))
     key_valid = key_valid_from_lengths([0, 4], 7, side="right")  # sequence 0: no key
-    O, saved = tiled_attention_forward(Q, K, V, key_valid=key_valid, block_q=2,
-                                       block_k=3)
+    O, saved = tiled_attention_forward(
+        Q, K, V, key_valid=key_valid, block_q=2, block_k=3
+    )
     visible = np.broadcast_to(key_valid[:, None, :], (2, 7, 7))
     assert_allclose(O, attention_forward(Q, K, V, visible)[0], rtol=1e-12, atol=1e-14)
     assert np.all(O[0] == 0) and np.all(saved.lse[0] == -np.inf)
@@ -178,8 +194,9 @@ def test_the_result_does_not_depend_on_the_threads():
     G = np.random.default_rng(4).standard_normal((2, 40, 5))
     results = []
     for workers in (1, 2, 3):
-        O, saved = tiled_attention_forward(Q, K, V, causal=True, block_q=8, block_k=8,
-                                           workers=workers)
+        O, saved = tiled_attention_forward(
+            Q, K, V, causal=True, block_q=8, block_k=8, workers=workers
+        )
         results.append((O, *tiled_attention_backward(saved, G)))
     for other in results[1:]:
         for x, y in zip(results[0], other):
@@ -196,8 +213,12 @@ def test_float32_stays_float32():
     O, saved = tiled_attention_forward(Q, K, V, causal=True, block_q=2, block_k=2)
     grads = tiled_attention_backward(saved, np.ones_like(O))
     assert O.dtype == np.float32 and all(g.dtype == np.float32 for g in grads)
-    assert_allclose(O, causal_attention(Q.astype(float), K.astype(float),
-                                        V.astype(float))[0], rtol=1e-5, atol=1e-6)
+    assert_allclose(
+        O,
+        causal_attention(Q.astype(float), K.astype(float), V.astype(float))[0],
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_the_weights_are_formed_only_on_request():
@@ -215,14 +236,18 @@ def test_the_weights_are_formed_only_on_request():
 def test_the_backward_rejects_an_upstream_gradient_of_another_shape():
     Q, K, V = qkv(7, (), (), ())
     _, saved = tiled_attention_forward(Q, K, V)
-    with pytest.raises(ValueError, match=r"dO must have the shape of the output, "
-                       r"\(7, 5\), got \(5, 7\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"dO must have the shape of the output, "
+        r"\(7, 5\), got \(5, 7\)",
+    ):
         tiled_attention_backward(saved, np.ones((5, 7)))
     with pytest.raises(NotImplementedError, match="Chapter 10"):
         tiled_causal_attention_backward(Q, K, V, np.ones((7, 5)), query_offset=2)
 
 
-# --- memory --------------------------------------------------------------------------------
+# --- memory ---------------------------------------------------------------------------
+
 
 def peak_bytes(run):
     tracemalloc.start()
@@ -241,8 +266,9 @@ def test_memory_grows_as_t_not_as_t_squared():
         Q, K, V, G = (rng.standard_normal((T, w)) for w in (d, d, r, r))
 
         def run():
-            _, saved = tiled_attention_forward(Q, K, V, causal=True, block_q=block,
-                                               block_k=block, workers=1)
+            _, saved = tiled_attention_forward(
+                Q, K, V, causal=True, block_q=block, block_k=block, workers=1
+            )
             tiled_attention_backward(saved, G)
 
         peaks[T] = peak_bytes(run)

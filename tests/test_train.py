@@ -30,14 +30,24 @@ def test_the_same_call_gives_the_same_curve_and_parameters():
     assert_array_equal(ha["loss"], hb["loss"])
     for name, x in flatten_params(a).items():
         assert_array_equal(flatten_params(b)[name], x)
-    other, _ = train(init_model(CONFIG, seed=2), batch, config=CONFIG, steps=12, lr=1e-2,
-                     lines=0)
-    assert not np.array_equal(flatten_params(other)["embed.E"], flatten_params(a)["embed.E"])
+    other, _ = train(
+        init_model(CONFIG, seed=2), batch, config=CONFIG, steps=12, lr=1e-2, lines=0
+    )
+    assert not np.array_equal(
+        flatten_params(other)["embed.E"], flatten_params(a)["embed.E"]
+    )
 
 
 def test_each_step_is_model_loss_clipping_and_adamw_at_the_scheduled_rate():
-    settings = dict(steps=5, lr=3e-2, warmup=2, betas=(0.8, 0.95), eps=1e-7,
-                    weight_decay=0.1, clip=0.5)
+    settings = dict(
+        steps=5,
+        lr=3e-2,
+        warmup=2,
+        betas=(0.8, 0.95),
+        eps=1e-7,
+        weight_decay=0.1,
+        clip=0.5,
+    )
     got, history = train(params64(), batch, config=CONFIG, lines=0, **settings)
     params, state = params64(), adamw_init(params64())
     for step in range(1, 6):
@@ -48,16 +58,23 @@ def test_each_step_is_model_loss_clipping_and_adamw_at_the_scheduled_rate():
         assert history["grad_norm"][step - 1] == norm
         rate = lr_at(step, lr=3e-2, warmup=2, total=5)
         assert history["lr"][step - 1] == rate
-        params, state = adamw_step(params, grads, state, lr=rate, betas=(0.8, 0.95),
-                                   eps=1e-7, weight_decay=0.1)
+        params, state = adamw_step(
+            params, grads, state, lr=rate, betas=(0.8, 0.95), eps=1e-7, weight_decay=0.1
+        )
     for name, x in flatten_params(params).items():
         assert_array_equal(flatten_params(got)[name], x)
     assert_array_equal(history["step"], np.arange(1, 6))
 
 
 def test_training_lowers_the_loss_and_keeps_float32():
-    params, history = train(as_dtype(params64(), np.float32), batch, config=CONFIG,
-                            steps=60, lr=2e-2, lines=0)
+    params, history = train(
+        as_dtype(params64(), np.float32),
+        batch,
+        config=CONFIG,
+        steps=60,
+        lr=2e-2,
+        lines=0,
+    )
     assert history["loss"][-5:].mean() < 0.5 * history["loss"][:5].mean()
     assert all(x.dtype == np.float32 for x in flatten_params(params).values())
 
@@ -76,8 +93,11 @@ def test_counted_positions_reach_the_loss():
 
 
 def test_divergence_names_the_step_and_bad_input_is_not_called_divergence():
-    with pytest.raises(TrainingDiverged, match=r"the loss is nan at step 2 \(the "
-                                               r"learning rate was .*\): lower it"):
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"the loss is nan at step 2 \(the "
+        r"learning rate was .*\): lower it",
+    ):
         train(params64(), batch, config=CONFIG, steps=4, lr=1e200, lines=0)
     assert issubclass(TrainingDiverged, ValueError)
 
@@ -105,14 +125,24 @@ def test_evaluation_and_checkpoints_every_few_steps(tmp_path):
         return {"mean E": float(np.mean(seen[-1]))}
 
     path = tmp_path / "model.npz"
-    params, history = train(params64(), batch, config=CONFIG, steps=7, lr=1e-2,
-                            evaluate=evaluate, every=3, checkpoint=path, lines=0)
+    params, history = train(
+        params64(),
+        batch,
+        config=CONFIG,
+        steps=7,
+        lr=1e-2,
+        evaluate=evaluate,
+        every=3,
+        checkpoint=path,
+        lines=0,
+    )
     assert [step for step, _ in history["eval"]] == [3, 6, 7]
     assert_array_equal(seen[-1], params["embed"]["E"])
     loaded, config = load_model(path)
     assert config == CONFIG
     for name, x in flatten_params(params).items():
-        assert_array_equal(flatten_params(loaded)[name], x)  # the last step's parameters
+        # the last step's parameters
+        assert_array_equal(flatten_params(loaded)[name], x)
 
 
 def test_progress_prints_the_number_of_lines_asked_for(capsys):
@@ -123,13 +153,16 @@ def test_progress_prints_the_number_of_lines_asked_for(capsys):
     assert capsys.readouterr().out == ""
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(steps=0), "steps must be an int >= 1, got 0"),
-    (dict(steps=2.0), "steps must be an int >= 1, got 2.0"),
-    (dict(every=0), "every must be None or an int >= 1, got 0"),
-    (dict(lines=-1), "lines must be an int >= 0, got -1"),
-    (dict(lr=-1.0), "lr"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(steps=0), "steps must be an int >= 1, got 0"),
+        (dict(steps=2.0), "steps must be an int >= 1, got 2.0"),
+        (dict(every=0), "every must be None or an int >= 1, got 0"),
+        (dict(lines=-1), "lines must be an int >= 0, got -1"),
+        (dict(lr=-1.0), "lr"),
+    ],
+)
 def test_bad_settings_are_refused(change, message):
     settings = dict(steps=2, lr=1e-3, lines=0) | change
     with pytest.raises(ValueError, match=message):
@@ -137,10 +170,19 @@ def test_bad_settings_are_refused(change, message):
 
 
 def test_batch_must_return_three_things():
-    with pytest.raises(ValueError, match=r"batch\(step\) must return \(ids, targets, "
-                                         r"counted\)"):
-        train(params64(), lambda step: batch(step)[:2], config=CONFIG, steps=1, lr=1e-3,
-              lines=0)
+    with pytest.raises(
+        ValueError,
+        match=r"batch\(step\) must return \(ids, targets, "
+        r"counted\)",
+    ):
+        train(
+            params64(),
+            lambda step: batch(step)[:2],
+            config=CONFIG,
+            steps=1,
+            lr=1e-3,
+            lines=0,
+        )
 
 
 def test_as_dtype_copies_and_casts_every_array():
@@ -154,11 +196,15 @@ def test_as_dtype_copies_and_casts_every_array():
 
 def test_the_result_does_not_depend_on_the_blas_threads_around_it():
     from threadpoolctl import threadpool_info, threadpool_limits
+
     reference, _ = train(params64(), batch, config=CONFIG, steps=6, lr=1e-2, lines=0)
     with threadpool_limits(limits=2, user_api="blas"):
         other, _ = train(params64(), batch, config=CONFIG, steps=6, lr=1e-2, lines=0)
-        outside = [pool["num_threads"] for pool in threadpool_info()
-                   if pool["user_api"] == "blas"]
+        outside = [
+            pool["num_threads"]
+            for pool in threadpool_info()
+            if pool["user_api"] == "blas"
+        ]
     for name, x in flatten_params(reference).items():
         assert_array_equal(flatten_params(other)[name], x)
     assert all(n <= 2 for n in outside)  # the loop's own limit was lifted on return

@@ -1,4 +1,5 @@
-"""Tests of attncourse._validate: the input validators; every message names the argument at fault."""
+"""Tests of attncourse._validate: the input validators; every message names the argument
+at fault."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from attncourse._validate import as_float_array, require_params, require_sizes
 from attncourse.layers.multihead import init_multihead, multihead_forward, split_heads
 
 
-# --- as_float_array --------------------------------------------------------------------------
+# --- as_float_array -------------------------------------------------------------------
 
 
 def test_as_float_array_converts_integers_and_keeps_float_types():
@@ -18,7 +19,8 @@ def test_as_float_array_converts_integers_and_keeps_float_types():
     assert as_float_array("X", np.array([True, False])).dtype == np.float64
     assert as_float_array("X", np.arange(3, dtype=np.uint8)).dtype == np.float64
     x32 = np.ones(3, dtype=np.float32)
-    assert as_float_array("X", x32) is x32  # a float array passes through, dtype and all
+    # a float array passes through, dtype and all
+    assert as_float_array("X", x32) is x32
     x64 = np.ones((2, 3))
     assert as_float_array("X", x64) is x64
     assert as_float_array("X", np.ones(2, dtype=complex)).dtype == complex
@@ -27,13 +29,19 @@ def test_as_float_array_converts_integers_and_keeps_float_types():
 
 @pytest.mark.parametrize("name", ["X", "W_Q", "dloss"])
 def test_as_float_array_names_the_argument(name):
-    with pytest.raises(ValueError, match=rf"^{name} must be an array of numbers, got dtype <U1$"):
+    with pytest.raises(
+        ValueError, match=rf"^{name} must be an array of numbers, got dtype <U1$"
+    ):
         as_float_array(name, ["a"])
-    with pytest.raises(ValueError, match=rf"^{name} must be an array of numbers, got dtype object$"):
+    with pytest.raises(
+        ValueError, match=rf"^{name} must be an array of numbers, got dtype object$"
+    ):
         as_float_array(name, np.array([1.0, None], dtype=object))
     with pytest.raises(ValueError, match=rf"^{name} must be 2-D, got shape \(3,\)$"):
         as_float_array(name, np.ones(3), ndim=2)
-    with pytest.raises(ValueError, match=rf"^{name} must be at least 3-D, got shape \(2, 2\)$"):
+    with pytest.raises(
+        ValueError, match=rf"^{name} must be at least 3-D, got shape \(2, 2\)$"
+    ):
         as_float_array(name, np.ones((2, 2)), min_ndim=3)
 
 
@@ -43,7 +51,7 @@ def test_as_float_array_shape_requirements_pass_when_met():
     assert as_float_array("X", np.ones((2, 3)), min_ndim=2).shape == (2, 3)
 
 
-# --- require_sizes ---------------------------------------------------------------------------
+# --- require_sizes --------------------------------------------------------------------
 
 
 def test_require_sizes_accepts_positive_integers_of_any_integer_type():
@@ -51,16 +59,19 @@ def test_require_sizes_accepts_positive_integers_of_any_integer_type():
     assert require_sizes() is None
 
 
-@pytest.mark.parametrize("sizes, wrong", [
-    (dict(T=0, D=7), "T=0"),
-    (dict(T=5, D=-1), "D=-1"),
-    (dict(T=2.0, D=7), "T=2.0"),
-    (dict(T=5, D=None), "D=None"),
-    (dict(T=5, D="7"), "D='7'"),
-    (dict(T=True, D=7), "T=True"),
-    (dict(T=5, D=np.bool_(True)), f"D={np.bool_(True)!r}"),
-    (dict(T=0, D=0), "T=0, D=0"),
-])
+@pytest.mark.parametrize(
+    "sizes, wrong",
+    [
+        (dict(T=0, D=7), "T=0"),
+        (dict(T=5, D=-1), "D=-1"),
+        (dict(T=2.0, D=7), "T=2.0"),
+        (dict(T=5, D=None), "D=None"),
+        (dict(T=5, D="7"), "D='7'"),
+        (dict(T=True, D=7), "T=True"),
+        (dict(T=5, D=np.bool_(True)), f"D={np.bool_(True)!r}"),
+        (dict(T=0, D=0), "T=0, D=0"),
+    ],
+)
 def test_require_sizes_names_every_bad_size(sizes, wrong):
     listed = ", ".join(f"{k}={v!r}" for k, v in sizes.items())
     message = f"sizes must be positive integers: {wrong} (got {listed})"
@@ -70,17 +81,29 @@ def test_require_sizes_names_every_bad_size(sizes, wrong):
 
 
 def test_booleans_are_rejected_even_where_zero_is_allowed():
-    with pytest.raises(ValueError, match=r"^sizes must be non-negative integers: steps=False \(got steps=False\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^sizes must be non-negative integers: steps=False \(got steps=False\)$",
+    ):
         require_sizes(allow_zero=True, steps=False)
-    with pytest.raises(ValueError, match=r"^sizes must be positive integers: heads=True \(got heads=True\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^sizes must be positive integers: heads=True \(got heads=True\)$",
+    ):
         require_sizes(heads=True)
 
 
 def test_allow_zero():
     assert require_sizes(allow_zero=True, T_q=0, T_k=3, query_offset=0) is None
-    with pytest.raises(ValueError, match=r"^sizes must be non-negative integers: T_k=-1 \(got T_q=0, T_k=-1\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^sizes must be non-negative integers: T_k=-1 \(got T_q=0, T_k=-1\)$",
+    ):
         require_sizes(allow_zero=True, T_q=0, T_k=-1)
-    with pytest.raises(ValueError, match=r"^sizes must be positive integers: T_q=0 \(got T_q=0, T_k=3\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^sizes must be positive integers: T_q=0 \(got T_q=0, T_k=3\)$",
+    ):
         require_sizes(T_q=0, T_k=3)  # control: the default does not allow zero
 
 
@@ -95,18 +118,31 @@ def test_heads_zero_is_rejected_where_heads_are_used():
         multihead_forward(params, np.ones((3, 4)), heads=0)
 
 
-# --- require_params --------------------------------------------------------------------------
+# --- require_params -------------------------------------------------------------------
 
 
 def test_require_params_accepts_a_dict_with_every_name():
-    assert require_params("head", {"W_Q": 1, "W_K": 2, "W_V": 3, "extra": 4}, ("W_Q", "W_K", "W_V")) is None
+    assert (
+        require_params(
+            "head", {"W_Q": 1, "W_K": 2, "W_V": 3, "extra": 4}, ("W_Q", "W_K", "W_V")
+        )
+        is None
+    )
     assert require_params("loss", {}, ()) is None
 
 
 def test_require_params_names_the_layer_and_what_is_missing():
-    with pytest.raises(ValueError, match=r"^head params lack \['W_K', 'W_V'\]; they need \['W_Q', 'W_K', 'W_V'\], got keys \['W_Q'\]$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^head params lack \['W_K', 'W_V'\]; they need \['W_Q', 'W_K', 'W_V'\], "
+            r"got keys \['W_Q'\]$",
+    ):
         require_params("head", {"W_Q": 1}, ("W_Q", "W_K", "W_V"))
-    with pytest.raises(ValueError, match=r"^linear params must be a dict of named arrays, got ndarray$"):
+    with pytest.raises(
+        ValueError, match=r"^linear params must be a dict of named arrays, got ndarray$"
+    ):
         require_params("linear", np.ones((2, 2)), ("W",))
-    with pytest.raises(ValueError, match=r"^embedding params must be a dict of named arrays, got list$"):
+    with pytest.raises(
+        ValueError, match=r"^embedding params must be a dict of named arrays, got list$"
+    ):
         require_params("embedding", [np.ones((2, 2))], ("E",))

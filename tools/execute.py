@@ -3,14 +3,15 @@
     .venv/bin/python tools/execute.py
 
 The README's build command runs this first: the chapters are executed in parallel (one
-process per core, by jupyter-cache's ``local-parallel`` executor), always afresh, and the
-executed notebooks are stored in ``_build/.jupyter_cache``. ``jupyter-book build`` then
-reads them from there (``execute_notebooks: cache`` in ``_config.yml``) instead of executing
-the chapters one after another. A notebook whose code changed after this ran is executed by
-the build itself, so the book never shows stale outputs of an edited chapter.
+process per core, by jupyter-cache's ``local-parallel`` executor), always afresh, and
+the executed notebooks are stored in ``_build/.jupyter_cache``. ``jupyter-book build``
+then reads them from there (``execute_notebooks: cache`` in ``_config.yml``) instead of
+executing the chapters one after another. A notebook whose code changed after this ran
+is executed by the build itself, so the book never shows stale outputs of an edited
+chapter.
 
 A chapter that fails stops the build: its traceback is printed and the exit status is 1.
-Cells tagged ``raises-exception`` (the exercise stubs) may raise, as in the book and nbval.
+No cell may raise: an unfinished exercise's checker prints one line instead of raising.
 """
 
 import argparse
@@ -31,7 +32,8 @@ CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's default for this bo
 
 
 def toc_notebooks(toc):
-    """The notebooks ``_toc.yml`` lists, in order (pages that are not notebooks skipped)."""
+    """The notebooks ``_toc.yml`` lists, in order (pages that are not notebooks
+    skipped)."""
     found = []
 
     def walk(node):
@@ -45,7 +47,9 @@ def toc_notebooks(toc):
                 walk(value)
 
     walk(yaml.safe_load(toc.read_text()))
-    return [ROOT / f"{name}.ipynb" for name in found if (ROOT / f"{name}.ipynb").is_file()]
+    return [
+        ROOT / f"{name}.ipynb" for name in found if (ROOT / f"{name}.ipynb").is_file()
+    ]
 
 
 def main():
@@ -59,9 +63,13 @@ def main():
         cache.add_nb_to_project(str(path))
     executor = load_executor("local-parallel", cache=cache)
     start = time.perf_counter()
-    result = executor.run_and_cache(timeout=args.timeout, allow_errors=False, force=True)
-    print(f"executed {len(result.succeeded)} of {len(notebooks)} notebooks in "
-          f"{time.perf_counter() - start:.0f} s, {os.cpu_count()} at a time")
+    result = executor.run_and_cache(
+        timeout=args.timeout, allow_errors=False, force=True
+    )
+    print(
+        f"executed {len(result.succeeded)} of {len(notebooks)} notebooks in "
+        f"{time.perf_counter() - start:.0f} s, {os.cpu_count()} at a time"
+    )
     if result.errored or result.excepted or len(result.succeeded) != len(notebooks):
         for record in cache.list_project_records():
             if record.traceback:

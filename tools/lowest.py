@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Test the declared lower bounds: every direct requirement pinned at its minimum, on the oldest Python.
+"""Test the declared lower bounds: every direct requirement pinned at its minimum, on
+the oldest Python.
 
-    python3.11 tools/lowest.py           # pins, fresh venv /tmp/venv-lowest, fast tests (-m "not book")
-    python3.11 tools/lowest.py --book    # ... then also build the book there and run the book tests
+    python3.11 tools/lowest.py           # pins, fresh venv /tmp/venv-lowest, fast tests
+    (-m "not book") python3.11 tools/lowest.py --book    # ... then also build the book
+    there and run the book tests
 
-It reads the lower bounds (``>=``) of pyproject.toml (``dependencies`` and the extras that
-requirements.txt installs) and of requirements.txt, writes them as exact pins to
-constraints-lowest.txt (so the pins can never drift from the declared bounds), creates a fresh
-virtual environment with the Python that runs this script, installs requirements.txt with those
-constraints (everything else resolves to the newest release that fits) and runs the tests there.
-If a test fails at a minimum because of that minimum, raise the bound where it is declared.
-With ``--book`` the book is built under the venv folder, never into the repository's ``_build``.
+It reads the lower bounds (``>=``) of pyproject.toml (``dependencies`` and the extras
+that requirements.txt installs) and of requirements.txt, writes them as exact pins to
+constraints-lowest.txt (so the pins can never drift from the declared bounds), creates a
+fresh virtual environment with the Python that runs this script, installs
+requirements.txt with those constraints (everything else resolves to the newest release
+that fits) and runs the tests there. If a test fails at a minimum because of that
+minimum, raise the bound where it is declared. With ``--book`` the book is built under
+the venv folder, never into the repository's ``_build``.
 """
 
 import argparse
@@ -23,21 +26,25 @@ import sys
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*?)\s*$")
+REQUIREMENT = re.compile(
+    r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*?)\s*$"
+)
 
 
 def declared_requirements():
-    """The requirement strings that requirements.txt installs, directly or through the package's extras."""
+    """The requirement strings that requirements.txt installs, directly or through the
+    package's extras."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     found = []
     for line in (ROOT / "requirements.txt").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        if line.startswith("-e"):  # the course package itself: its dependencies and the extras named
+        # the course package itself: its dependencies and the extras named
+        if line.startswith("-e"):
             extras = re.search(r"\[([^\]]*)\]", line)
             found += project["dependencies"]
-            for extra in (extras.group(1).split(",") if extras else []):
+            for extra in extras.group(1).split(",") if extras else []:
                 found += project["optional-dependencies"][extra.strip()]
         else:
             found.append(line)
@@ -45,11 +52,16 @@ def declared_requirements():
 
 
 def lowest_pins(requirements):
-    """``name==minimum`` for every requirement with a ``>=`` bound; a requirement without one is an error."""
+    """``name==minimum`` for every requirement with a ``>=`` bound; a requirement
+    without one is an error."""
     pins = []
     for requirement in requirements:
         name, specifiers = REQUIREMENT.match(requirement).groups()
-        lower = [s.strip()[2:].strip() for s in specifiers.split(",") if s.strip().startswith(">=")]
+        lower = [
+            s.strip()[2:].strip()
+            for s in specifiers.split(",")
+            if s.strip().startswith(">=")
+        ]
         if len(lower) != 1:
             raise SystemExit(f"{requirement!r} declares no single lower bound (>=)")
         pins.append(f"{name}=={lower[0]}")
@@ -63,29 +75,69 @@ def run(*args, **kwargs):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--venv", default="/tmp/venv-lowest", type=pathlib.Path, help="where to create the venv")
-    parser.add_argument("--book", action="store_true", help="also build the book and run the book tests")
+    parser.add_argument(
+        "--venv",
+        default="/tmp/venv-lowest",
+        type=pathlib.Path,
+        help="where to create the venv",
+    )
+    parser.add_argument(
+        "--book", action="store_true", help="also build the book and run the book tests"
+    )
     args = parser.parse_args()
 
     pins = lowest_pins(declared_requirements())
     (ROOT / "constraints-lowest.txt").write_text(
-        "# The declared lower bounds as exact pins, for testing them. Generated by tools/lowest.py from\n"
-        "# pyproject.toml and requirements.txt; do not edit by hand: change the bound where it is declared.\n"
-        + "".join(pin + "\n" for pin in pins))
+        "# The declared lower bounds as exact pins, for testing them. Generated by "
+        "tools/lowest.py from\n"
+        "# pyproject.toml and requirements.txt; do not edit by hand: change the bound "
+        "where it is declared.\n"
+        + "".join(pin + "\n" for pin in pins)
+    )
     print("pins:", " ".join(pins))
 
     shutil.rmtree(args.venv, ignore_errors=True)
     python = args.venv / "bin" / "python"
     if run(sys.executable, "-m", "venv", args.venv) or run(
-            python, "-m", "pip", "install", "-q", "-r", "requirements.txt", "-c", "constraints-lowest.txt"):
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "-r",
+        "requirements.txt",
+        "-c",
+        "constraints-lowest.txt",
+    ):
         raise SystemExit("creating the venv at the lower bounds failed")
-    run(python, "-m", "pip", "freeze", "--exclude-editable", stdout=open(args.venv / "freeze.txt", "w"))
+    run(
+        python,
+        "-m",
+        "pip",
+        "freeze",
+        "--exclude-editable",
+        stdout=open(args.venv / "freeze.txt", "w"),
+    )
     print(f"installed versions: {args.venv / 'freeze.txt'}")
 
-    failed = run(python, "-m", "pytest", "-m", "not book", "-n", "auto", "--dist", "loadfile")
-    if args.book:  # the book tests build the book (README's build command) into $BOOK_HTML's folder
+    failed = run(
+        python, "-m", "pytest", "-m", "not book", "-n", "auto", "--dist", "loadfile"
+    )
+    # the book tests build the book (README's build command) into $BOOK_HTML's folder
+    if args.book:
         env = {**os.environ, "BOOK_HTML": str(args.venv / "book" / "_build" / "html")}
-        failed |= run(python, "-m", "pytest", "-m", "book", "-n", "auto", "--dist", "loadfile", env=env)
+        failed |= run(
+            python,
+            "-m",
+            "pytest",
+            "-m",
+            "book",
+            "-n",
+            "auto",
+            "--dist",
+            "loadfile",
+            env=env,
+        )
     print("lowest versions:", "FAILED" if failed else "passed")
     return 1 if failed else 0
 

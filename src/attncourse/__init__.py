@@ -1,16 +1,21 @@
 """attncourse: the numpy reference code of *Attention, Step by Step*.
 
 The names below are the ones the chapters' prose uses; everything else lives in the
-submodules (``attncourse.layers.multihead``, ``attncourse.verify``, ``attncourse.faults.attention``
-…); ``src/attncourse/README.md`` maps them. Importing this package pulls in numpy only:
-``attncourse.symbolic`` (sympy) and ``attncourse.plots`` (matplotlib) are imported explicitly
-by the chapters that use them.
+submodules (``attncourse.layers.multihead``, ``attncourse.verify``,
+``attncourse.faults.attention`` …); ``src/attncourse/README.md`` maps them. Importing
+this package pulls in numpy only: ``attncourse.symbolic`` (sympy) and
+``attncourse.plots`` (matplotlib) are imported explicitly by the chapters that use them.
 """
 
 from importlib import metadata as _metadata
 
 from . import faults, layers, verify
-from .layers.attention import attention_backward, attention_forward, causal_attention, causal_mask
+from .layers.attention import (
+    attention_backward,
+    attention_forward,
+    causal_attention,
+    causal_mask,
+)
 from .layers.embedding import embedding_backward, embedding_forward, one_hot
 from .layers.head import head_backward, head_forward
 from .layers.linear import linear_backward, linear_forward
@@ -24,20 +29,43 @@ from .verify import CheckFailed, compare, gradcheck, layer_gradcheck
 
 try:  # the version is written once, in pyproject.toml
     __version__ = _metadata.version("attncourse")
-except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
+# running from a source tree that was never installed
+except _metadata.PackageNotFoundError:
     __version__ = "unknown"
 
 __all__ = [
-    "softmax", "softmax_backward", "logsumexp",
-    "attention_forward", "attention_backward", "causal_attention", "causal_mask",
-    "one_hot", "embedding_forward", "embedding_backward",
-    "linear_forward", "linear_backward",
-    "head_forward", "head_backward",
-    "multihead_forward", "multihead_backward",
-    "positions_forward", "positions_backward",
-    "cross_entropy", "cross_entropy_forward", "cross_entropy_backward",
-    "flatten_params", "unflatten_params",
-    "build_vocab", "encode", "decode", "make_corpus",
-    "CheckFailed", "compare", "gradcheck", "layer_gradcheck",
-    "faults", "layers", "verify",
+    "softmax",
+    "softmax_backward",
+    "logsumexp",
+    "attention_forward",
+    "attention_backward",
+    "causal_attention",
+    "causal_mask",
+    "one_hot",
+    "embedding_forward",
+    "embedding_backward",
+    "linear_forward",
+    "linear_backward",
+    "head_forward",
+    "head_backward",
+    "multihead_forward",
+    "multihead_backward",
+    "positions_forward",
+    "positions_backward",
+    "cross_entropy",
+    "cross_entropy_forward",
+    "cross_entropy_backward",
+    "flatten_params",
+    "unflatten_params",
+    "build_vocab",
+    "encode",
+    "decode",
+    "make_corpus",
+    "CheckFailed",
+    "compare",
+    "gradcheck",
+    "layer_gradcheck",
+    "faults",
+    "layers",
+    "verify",
 ]

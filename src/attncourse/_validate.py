@@ -1,4 +1,5 @@
-"""Input validators shared by the package (private): every message names the argument at fault.
+"""Input validators shared by the package (private): every message names the argument at
+fault.
 
 Validators raise ``ValueError``; they are named ``as_*`` or ``require_*``. The prefix
 ``check_`` is reserved for the learner checkers of :mod:`attncourse.verify.exercises`.
@@ -40,7 +41,8 @@ def _is_int(n):
 
 
 def require_sizes(*, allow_zero=False, **sizes):
-    """Raise ``ValueError`` naming every size that is not a positive integer (booleans rejected).
+    """Raise ``ValueError`` naming every size that is not a positive integer (booleans
+    rejected).
 
     With ``allow_zero=True`` the sizes must be non-negative instead.
 
@@ -72,7 +74,13 @@ def require_params(layer, params, names):
     ValueError: linear params lack ['W']; they need ['W'], got keys ['b']
     """
     if not isinstance(params, dict):
-        raise ValueError(f"{layer} params must be a dict of named arrays, got {type(params).__name__}")
+        raise ValueError(
+            f"{layer} params must be a dict of named arrays, got "
+            f"{type(params).__name__}"
+        )
     missing = [n for n in names if n not in params]
     if missing:
-        raise ValueError(f"{layer} params lack {missing}; they need {list(names)}, got keys {sorted(params)}")
+        raise ValueError(
+            f"{layer} params lack {missing}; they need {list(names)}, got keys "
+            f"{sorted(params)}"
+        )

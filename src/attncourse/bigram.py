@@ -1,13 +1,15 @@
-"""A bigram next-token model ``p(next | current) = softmax(E[current] U)``, trained by plain gradient descent.
+"""A bigram next-token model ``p(next | current) = softmax(E[current] U)``, trained by
+plain gradient descent.
 
 The model composes the layer pairs of Chapters 1 and 2: an embedding lookup ``E``, the
-unembedding ``U (D, n_vocab)`` (a linear layer) and the mean cross-entropy. Its parameters
-nest by layer: ``{"embed": {"E": E}, "unembed": {"W": U}}``. The best any bigram model can do on a text is
-its conditional entropy ``H = -sum_ab (C_ab / N) log(C_ab / C_a)``, computed from the counts
-``C`` alone by :func:`conditional_entropy`.
+unembedding ``U (D, n_vocab)`` (a linear layer) and the mean cross-entropy. Its
+parameters nest by layer: ``{"embed": {"E": E}, "unembed": {"W": U}}``. The best any
+bigram model can do on a text is its conditional entropy
+``H = -sum_ab (C_ab / N) log(C_ab / C_a)``, computed from the counts ``C`` alone by
+:func:`conditional_entropy`.
 
 >>> ids = np.array([0, 1, 0, 1, 0, 1])
->>> conditional_entropy(bigram_counts(ids, 2))  # "0 then 1, 1 then 0": fully predictable
+>>> conditional_entropy(bigram_counts(ids, 2))  # "0 then 1, 1 then 0": predictable
 0.0
 """
 
@@ -39,12 +41,16 @@ def bigram_pairs(ids):
     """
     ids = np.asarray(ids)
     if ids.ndim != 1 or ids.size < 2:
-        raise ValueError(f"need a 1-D sequence of at least 2 ids to form pairs, got shape {ids.shape}")
+        raise ValueError(
+            "need a 1-D sequence of at least 2 ids to form pairs, got shape "
+            f"{ids.shape}"
+        )
     return ids[:-1], ids[1:]
 
 
 def bigram_counts(ids, n_vocab):
-    """Return ``C`` with ``C[a, b]`` = how often token ``b`` directly follows token ``a``.
+    """Return ``C`` with ``C[a, b]`` = how often token ``b`` directly follows token
+    ``a``.
 
     >>> bigram_counts([0, 1, 1, 0], 2)
     array([[0, 1],
@@ -60,14 +66,18 @@ def bigram_counts(ids, n_vocab):
 def conditional_entropy(C):
     """Return ``H(next | current)`` in nats for a matrix of bigram counts ``C``.
 
-    Pairs that never occur contribute nothing (``0 log 0 = 0``); rows with no count are ignored.
+    Pairs that never occur contribute nothing (``0 log 0 = 0``); rows with no count are
+    ignored.
 
-    >>> round(conditional_entropy(np.array([[1, 1], [2, 2]])), 12) == round(float(np.log(2)), 12)
+    >>> h = conditional_entropy(np.array([[1, 1], [2, 2]]))
+    >>> round(h, 12) == round(float(np.log(2)), 12)
     True
     """
     C = np.asarray(C, dtype=np.float64)
     if C.ndim != 2 or C.shape[0] != C.shape[1]:
-        raise ValueError(f"counts must be a square matrix (n_vocab, n_vocab), got shape {C.shape}")
+        raise ValueError(
+            f"counts must be a square matrix (n_vocab, n_vocab), got shape {C.shape}"
+        )
     if np.any(C < 0) or not np.all(np.isfinite(C)):
         raise ValueError("counts must be finite and non-negative")
     N = C.sum()
@@ -75,12 +85,15 @@ def conditional_entropy(C):
         raise ValueError("counts are all zero: the entropy of no data is undefined")
     row = C.sum(axis=1, keepdims=True)
     seen = C > 0
-    cond = np.where(seen, C, 1.0) / np.where(row > 0, row, 1.0)  # C_ab / C_a where C_ab > 0
-    return float(-np.sum(np.where(seen, C * np.log(cond), 0.0)) / N) + 0.0  # + 0.0 turns -0.0 into 0.0
+    # C_ab / C_a where C_ab > 0
+    cond = np.where(seen, C, 1.0) / np.where(row > 0, row, 1.0)
+    # + 0.0 turns -0.0 into 0.0
+    return float(-np.sum(np.where(seen, C * np.log(cond), 0.0)) / N) + 0.0
 
 
 def init_bigram(n_vocab, D, seed=0, scale=0.1):
-    """Return ``{"embed": {"E": (n_vocab, D)}, "unembed": {"W": (D, n_vocab)}}``, entries ``N(0, scale^2)``.
+    """Return ``{"embed": {"E": (n_vocab, D)}, "unembed": {"W": (D, n_vocab)}}``,
+    entries ``N(0, scale^2)``.
 
     Drawn from ``default_rng(seed)``.
 
@@ -90,8 +103,10 @@ def init_bigram(n_vocab, D, seed=0, scale=0.1):
     """
     require_sizes(n_vocab=n_vocab, D=D)
     rng = np.random.default_rng(seed)
-    return {"embed": {"E": rng.normal(0.0, scale, size=(n_vocab, D))},
-            "unembed": {"W": rng.normal(0.0, scale, size=(D, n_vocab))}}
+    return {
+        "embed": {"E": rng.normal(0.0, scale, size=(n_vocab, D))},
+        "unembed": {"W": rng.normal(0.0, scale, size=(D, n_vocab))},
+    }
 
 
 def _check_params(params):
@@ -99,32 +114,39 @@ def _check_params(params):
     E = as_float_array("E", params["embed"]["E"], ndim=2)
     U = as_float_array("U", params["unembed"]["W"], ndim=2)
     if U.shape != (E.shape[1], E.shape[0]):
-        raise ValueError(f"need E (n_vocab, D) and U (D, n_vocab), got E {E.shape} and U {U.shape}")
+        raise ValueError(
+            f"need E (n_vocab, D) and U (D, n_vocab), got E {E.shape} and U {U.shape}"
+        )
     return E, U
 
 
 def bigram_loss_and_grads(params, x, y):
-    """Return ``(loss, grads)``: the mean cross-entropy of predicting ``y`` from ``x``, and the gradients.
+    """Return ``(loss, grads)``: the mean cross-entropy of predicting ``y`` from ``x``,
+    and the gradients.
 
     ``grads`` has the nesting of ``params``.
 
     >>> params = init_bigram(4, 3)
     >>> loss, grads = bigram_loss_and_grads(params, np.array([0, 1]), np.array([1, 2]))
-    >>> bool(abs(loss - np.log(4)) < 0.05), grads["embed"]["E"].shape, grads["unembed"]["W"].shape
+    >>> E, W = grads["embed"]["E"], grads["unembed"]["W"]
+    >>> bool(abs(loss - np.log(4)) < 0.05), E.shape, W.shape
     (True, (4, 3), (3, 4))
     """
     _check_params(params)
     X, saved_embed = embedding_forward(params["embed"], x)  # (B, D): row b is E[x_b]
-    Z, saved_unembed = linear_forward(params["unembed"], X)  # (B, D) x (D, n_vocab) -> (B, n_vocab)
+    # (B, D) x (D, n_vocab) -> (B, n_vocab)
+    Z, saved_unembed = linear_forward(params["unembed"], X)
     loss, saved_loss = cross_entropy_forward({}, Z, targets=y)
     _, dZ = cross_entropy_backward({}, saved_loss, 1.0)  # (p - onehot(y)) / B
     d_unembed, dX = linear_backward(params["unembed"], saved_unembed, dZ)
-    d_embed, _ = embedding_backward(params["embed"], saved_embed, dX)  # scatter-add: repeated tokens sum
+    # scatter-add: repeated tokens sum
+    d_embed, _ = embedding_backward(params["embed"], saved_embed, dX)
     return loss, {"embed": d_embed, "unembed": d_unembed}
 
 
 def bigram_probabilities(params):
-    """Return the model's table ``P[a, b] = p(next = b | current = a) = softmax(E U)[a, b]``.
+    """Return the model's table
+    ``P[a, b] = p(next = b | current = a) = softmax(E U)[a, b]``.
 
     >>> bigram_probabilities(init_bigram(3, 2)).sum(axis=1).round(12)
     array([1., 1., 1.])
@@ -134,10 +156,12 @@ def bigram_probabilities(params):
 
 
 def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):
-    """Train a bigram model on the id sequence by full-batch gradient descent; return ``(params, losses)``.
+    """Train a bigram model on the id sequence by full-batch gradient descent; return
+    ``(params, losses)``.
 
-    ``losses[s]`` is the training loss before step ``s``; ``losses[steps]`` is the final loss.
-    Deterministic: the only randomness is the initialisation, drawn from ``default_rng(seed)``.
+    ``losses[s]`` is the training loss before step ``s``; ``losses[steps]`` is the final
+    loss. Deterministic: the only randomness is the initialisation, drawn from
+    ``default_rng(seed)``.
 
     >>> params, losses = train_bigram(np.array([0, 1] * 20), 2, D=3, steps=50, lr=2.0)
     >>> bool(losses[-1] < 0.05 < np.log(2) - 0.01 < losses[0])
@@ -154,6 +178,10 @@ def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):
         loss, grads = bigram_loss_and_grads(params, x, y)
         losses[s] = loss
         if s < steps:
-            params = {layer: {k: params[layer][k] - lr * grads[layer][k] for k in params[layer]}
-                      for layer in params}  # a new dict each step
+            params = {
+                layer: {
+                    k: params[layer][k] - lr * grads[layer][k] for k in params[layer]
+                }
+                for layer in params
+            }  # a new dict each step
     return params, losses

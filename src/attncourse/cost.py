@@ -1,9 +1,11 @@
-"""A counting model of the cost of one dense attention head, and a reference that counts.
+"""A counting model of the cost of one dense attention head, and a reference that
+counts.
 
 The model counts multiply-adds of the matrix products and the numbers stored for the
 weights: ``T D (2d + r)`` for the three projections, ``T^2 d`` for ``Q K^T``, ``T^2 r``
 for ``A V``, and ``T^2`` stored weights. It is a count, not a device timing: the scale
-``1/sqrt(d)``, the exponentials and the normalisations (all of order ``T^2``) are left out.
+``1/sqrt(d)``, the exponentials and the normalisations (all of order ``T^2``) are left
+out.
 
 For the whole model of :mod:`attncourse.model` (Chapter 6),
 :func:`model_parameter_count` is the closed-form number of parameters and
@@ -53,24 +55,33 @@ def attention_cost(T, D, d, r):
     ValueError: sizes must be positive integers: r=0 (got T=5, D=7, d=3, r=0)
     """
     require_sizes(T=T, D=D, d=d, r=r)
-    return AttentionCost(projections=T * D * (2 * d + r), scores=T * T * d, output=T * T * r, weights_stored=T * T)
+    return AttentionCost(
+        projections=T * D * (2 * d + r),
+        scores=T * T * d,
+        output=T * T * r,
+        weights_stored=T * T,
+    )
 
 
 def counted_head_forward(X, W_Q, W_K, W_V):
-    """Run one head with explicit loops, counting every multiply-add; return ``O, A, AttentionCost``.
+    """Run one head with explicit loops, counting every multiply-add; return
+    ``O, A, AttentionCost``.
 
     Only 2-D input ``X (T, D)``. The loops are written for counting, not for speed.
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
-    >>> X, W_Q, W_K, W_V = (rng.standard_normal(s) for s in [(5, 7), (7, 3), (7, 3), (7, 4)])
+    >>> shapes = [(5, 7), (7, 3), (7, 3), (7, 4)]
+    >>> X, W_Q, W_K, W_V = (rng.standard_normal(s) for s in shapes)
     >>> O, A, counted = counted_head_forward(X, W_Q, W_K, W_V)
     >>> counted == attention_cost(T=5, D=7, d=3, r=4)
     True
     """
     X, W_Q, W_K, W_V = validate_projections(X, W_Q, W_K, W_V)
     if X.ndim != 2:
-        raise ValueError(f"counted_head_forward takes a 2-D X (T, D), got shape {X.shape}")
+        raise ValueError(
+            f"counted_head_forward takes a 2-D X (T, D), got shape {X.shape}"
+        )
     T, D = X.shape
     d = W_Q.shape[1]
     madds = {"projections": 0, "scores": 0, "output": 0}
@@ -108,8 +119,10 @@ def counted_head_forward(X, W_Q, W_K, W_V):
 
 def _model_sizes(config):
     """Return ``n_vocab, T_max, D, L, F`` of a model config, or raise ``ValueError``."""
-    sizes = {name: getattr(config, name, None)
-             for name in ("n_vocab", "T_max", "D", "heads", "layers", "ratio")}
+    sizes = {
+        name: getattr(config, name, None)
+        for name in ("n_vocab", "T_max", "D", "heads", "layers", "ratio")
+    }
     require_sizes(**sizes)
     if sizes["D"] % sizes["heads"]:
         raise ValueError(f"D={sizes['D']} must be divisible by heads={sizes['heads']}")
@@ -172,8 +185,9 @@ def model_flops_per_token(config, T):
     require_sizes(T=T)
     if T > T_max:
         raise ValueError(f"T={T} exceeds the model's T_max={T_max}")
-    return ModelFlops(matmul=2 * (L * (4 * D * D + 2 * F * D) + D * n_vocab),
-                      attention=4 * L * T * D)
+    return ModelFlops(
+        matmul=2 * (L * (4 * D * D + 2 * F * D) + D * n_vocab), attention=4 * L * T * D
+    )
 
 
 def _rows(X):
@@ -195,8 +209,9 @@ def _count(params, saved, madds):
             _count(p, s, madds)
     elif isinstance(params, dict) and "W_Q" in params:  # multi-head attention
         projections = sum(np.size(params[n]) for n in ("W_Q", "W_K", "W_V"))
-        madds["matmul"] += (_rows(saved["X"]) * projections
-                            + _rows(saved["C"]) * np.size(params["W_O"]))
+        madds["matmul"] += _rows(saved["X"]) * projections + _rows(
+            saved["C"]
+        ) * np.size(params["W_O"])
         d, r = np.shape(saved["Q"])[-1], np.shape(saved["V"])[-1]
         madds["attention"] += np.size(saved["A"]) * (d + r)
     elif isinstance(params, dict) and "W" in params:  # a linear layer
@@ -231,7 +246,8 @@ def counted_model_flops(params, saved):
     per_token = {}
     for kind, count in madds.items():
         if count % tokens:
-            raise ValueError(f"{count} {kind} multiply-adds do not split evenly over "
-                             f"{tokens} tokens")
+            raise ValueError(
+                f"{count} {kind} multiply-adds do not split evenly over {tokens} tokens"
+            )
         per_token[kind] = 2 * (count // tokens)
     return ModelFlops(**{kind: int(v) for kind, v in per_token.items()})

@@ -1,4 +1,5 @@
-"""The worked examples of Chapter 3 in float64, and the probe objective ``J = sum(O * G)``.
+"""The worked examples of Chapter 3 in float64, and the probe objective
+``J = sum(O * G)``.
 
 Example 1 and Example 2 are hand-picked two-position inputs whose every intermediate
 value has a closed form; the transpose pair is an asymmetric ``Q, K`` that exposes a
@@ -38,7 +39,8 @@ A_SCALE = math.sqrt(2.0) * math.log(3.0)  # the a = sqrt(2) ln 3 of Examples 1 a
 
 
 class HeadExample(NamedTuple):
-    """Inputs of one head: ``X (T, D)``, ``W_Q, W_K (D, d)``, ``W_V (D, r)`` and the probe ``G (T, r)``."""
+    """Inputs of one head: ``X (T, D)``, ``W_Q, W_K (D, d)``, ``W_V (D, r)`` and the
+    probe ``G (T, r)``."""
 
     X: np.ndarray
     W_Q: np.ndarray
@@ -53,7 +55,8 @@ class HeadExample(NamedTuple):
 
 
 def example1():
-    """Return Example 1: ``X = I``, ``W_Q = aI`` with ``a = sqrt(2) ln 3``, ``W_K = I``, ``W_V = diag(2, 4)``.
+    """Return Example 1: ``X = I``, ``W_Q = aI`` with ``a = sqrt(2) ln 3``, ``W_K = I``,
+    ``W_V = diag(2, 4)``.
 
     The probe ``G = diag(1, 2)`` makes ``J = O_11 + 2 O_22``.
 
@@ -66,11 +69,18 @@ def example1():
            [0., 2.]])
     """
     I = np.eye(2)
-    return HeadExample(X=I.copy(), W_Q=A_SCALE * I, W_K=I.copy(), W_V=np.diag([2.0, 4.0]), G=np.diag([1.0, 2.0]))
+    return HeadExample(
+        X=I.copy(),
+        W_Q=A_SCALE * I,
+        W_K=I.copy(),
+        W_V=np.diag([2.0, 4.0]),
+        G=np.diag([1.0, 2.0]),
+    )
 
 
 def example2():
-    """Return Example 2: Example 1 with both key rows equal to ``[1, 1]`` (``W_K`` all ones).
+    """Return Example 2: Example 1 with both key rows equal to ``[1, 1]`` (``W_K`` all
+    ones).
 
     >>> from attncourse.layers.head import project
     >>> ex = example2()
@@ -83,7 +93,8 @@ def example2():
 
 
 def transpose_pair():
-    """Return the asymmetric ``Q`` (rows ``[1,2],[0,1]``) and ``K`` (rows ``[1,0],[2,1]``).
+    """Return the asymmetric ``Q`` (rows ``[1,2],[0,1]``) and ``K`` (rows
+    ``[1,0],[2,1]``).
 
     >>> Q, K = transpose_pair()
     >>> Q @ K.T  # (2, 2) x (2, 2) -> (2, 2)
@@ -123,7 +134,8 @@ def random_head(seed=0, T=5, D=7, d=3, r=4, scale=1.0):
 
 
 def probe_objective(O, G):
-    """Return the probe ``J = sum_il O_il G_il``, whose gradient with respect to ``O`` is ``G``.
+    """Return the probe ``J = sum_il O_il G_il``, whose gradient with respect to ``O``
+    is ``G``.
 
     >>> probe_objective(np.array([[1.5, 1.0], [0.5, 3.0]]), np.diag([1.0, 2.0]))
     7.5
@@ -135,12 +147,15 @@ def probe_objective(O, G):
     O = as_float_array("O", O)
     G = as_float_array("G", G)
     if O.shape != G.shape:
-        raise ValueError(f"O and G must have the same shape, got O {O.shape} and G {G.shape}")
+        raise ValueError(
+            f"O and G must have the same shape, got O {O.shape} and G {G.shape}"
+        )
     return float(np.sum(O * G))
 
 
 def attention_objective(Q, K, V, G, forward=attention_forward):
-    """Return ``J`` of the attention output ``forward(Q, K, V)[0]`` under the probe ``G``.
+    """Return ``J`` of the attention output ``forward(Q, K, V)[0]`` under the probe
+    ``G``.
 
     ``forward`` defaults to :func:`attncourse.attention_forward`; a planted fault of the
     same signature can be passed instead.

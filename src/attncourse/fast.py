@@ -184,16 +184,18 @@ def fast_attention_forward(Q, K, V, *, causal=False, key_valid=None, workers=Non
 def fast_attention_backward(saved, dO, *, workers=None):
     """Return ``dQ, dK, dV`` for ``dO = dJ/dO`` from the saved exponentials.
 
-    ``delta = rowsum(dO * O)``, ``dS = E * ((dO/l) V^T - delta/l)``, ``dV = E^T (dO/l)``,
-    ``dQ = dS K / sqrt(d)``, ``dK = dS^T (Q / sqrt(d))``; one ``T x T`` buffer per
-    thread, reused head after head. Batch axes that were broadcast are summed back.
+    ``delta = rowsum(dO * O)``, ``dS = E * ((dO/l) V^T - delta/l)``,
+    ``dV = E^T (dO/l)``, ``dQ = dS K / sqrt(d)``, ``dK = dS^T (Q / sqrt(d))``; one
+    ``T x T`` buffer per thread, reused head after head. Batch axes that were broadcast
+    are summed back.
     """
     Qs, K, V, E, inv_l, O, batch, shapes = saved
     dO = as_float_array("dO", dO)
     n, T_q, r = O.shape
     if dO.shape != batch + (T_q, r):
-        raise ValueError(f"dO must have the shape of the output, {batch + (T_q, r)}, got "
-                         f"{dO.shape}")
+        raise ValueError(
+            f"dO must have the shape of the output, {batch + (T_q, r)}, got {dO.shape}"
+        )
     dtype = O.dtype
     dOf = dO.astype(dtype, copy=False).reshape(O.shape)
     d, T_k = Qs.shape[-1], K.shape[-2]
@@ -224,8 +226,10 @@ def fast_attention_backward(saved, dO, *, workers=None):
             np.matmul(E_h.T, dOs, out=dV[h])  # (T_k, rows) x (rows, r) -> (T_k, r)
             np.matmul(buf.T, Qs[h], out=dK[h])  # (T_k, rows) x (rows, d) -> (T_k, d)
             return
-        parts[unit] = (E_h.T @ dOs,  # (T_k, rows) x (rows, r) -> (T_k, r)
-                       buf.T @ Qs[h, i0:i1])  # (T_k, rows) x (rows, d) -> (T_k, d)
+        parts[unit] = (
+            E_h.T @ dOs,  # (T_k, rows) x (rows, r) -> (T_k, r)
+            buf.T @ Qs[h, i0:i1],
+        )  # (T_k, rows) x (rows, d) -> (T_k, d)
 
     run_parallel(rows, units, workers)
     for unit in units if not whole else ():  # summed in a fixed order: deterministic
@@ -239,8 +243,9 @@ def fast_attention_backward(saved, dO, *, workers=None):
 
 def _no_offset(query_offset):
     if query_offset != 0:
-        raise NotImplementedError("query_offset != 0 needs the key/value cache of "
-                                  "Chapter 10")
+        raise NotImplementedError(
+            "query_offset != 0 needs the key/value cache of Chapter 10"
+        )
 
 
 def _probabilities(saved):
@@ -249,12 +254,14 @@ def _probabilities(saved):
     return A.reshape(saved.batch + A.shape[-2:])
 
 
-def fast_causal_attention(query, key, value, query_offset=0, dropout=None, *,
-                          key_valid=None):
+def fast_causal_attention(
+    query, key, value, query_offset=0, dropout=None, *, key_valid=None
+):
     """Causal attention, fast dense, with the ``causal_attention`` signature."""
     _no_offset(query_offset)
-    O, saved = fast_attention_forward(query, key, value, causal=True,
-                                      key_valid=key_valid)
+    O, saved = fast_attention_forward(
+        query, key, value, causal=True, key_valid=key_valid
+    )
     A = _probabilities(saved)
     if dropout is None:
         return O, A
@@ -262,20 +269,23 @@ def fast_causal_attention(query, key, value, query_offset=0, dropout=None, *,
     return dropout(A) @ V, A  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
 
 
-def fast_causal_attention_backward(query, key, value, dO, query_offset=0, *,
-                                   key_valid=None):
+def fast_causal_attention_backward(
+    query, key, value, dO, query_offset=0, *, key_valid=None
+):
     """``dquery, dkey, dvalue`` of :func:`fast_causal_attention` (no dropout)."""
     _no_offset(query_offset)
-    _, saved = fast_attention_forward(query, key, value, causal=True,
-                                      key_valid=key_valid)
+    _, saved = fast_attention_forward(
+        query, key, value, causal=True, key_valid=key_valid
+    )
     return fast_attention_backward(saved, dO)
 
 
 def _implementation():
     from .verify.conformance import Implementation
 
-    return Implementation("fast dense", fast_causal_attention,
-                          fast_causal_attention_backward)
+    return Implementation(
+        "fast dense", fast_causal_attention, fast_causal_attention_backward
+    )
 
 
 FAST = _implementation()

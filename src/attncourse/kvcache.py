@@ -4,21 +4,22 @@ Causal attention lets the token at position ``t`` read only positions ``0 .. t``
 keys and values of the earlier positions never change once computed. A **cache** keeps
 them, block by block; each new token then costs one position's work::
 
-    logits, cache = prefill(params, prompt, config=config)        # the whole prompt once
-    logits, cache = decode_step(params, cache, token, config=config)  # one token at a time
+    logits, cache = prefill(params, prompt, config=config)  # the whole prompt, once
+    logits, cache = decode_step(params, cache, token, config=config)  # one token
 
 The cache is plain data (:class:`KVCache`): per block the keys ``(..., H, t, d)`` and
 values ``(..., H, t, r)`` of the ``t`` positions so far, the position ``t`` of the next
 token, and for padded batches which keys are real. It holds ``2 L t D`` numbers per
 sequence (``D = H d = H r``).
 
-:func:`prefill` **is** the model's forward pass (:func:`attncourse.model.model_forward`);
-it keeps the keys and values the blocks computed. :func:`decode_step` runs the same
-layers on one new position: the embedding, the position row ``t`` (the positions are
-offset too), and in every block LayerNorm, the projections, attention of the one query
-at ``query_offset = t`` over the ``t + 1`` keys, the output projection, the MLP and the
-two residuals, then the final norm and the logits. Its logits equal the last row of the
-full forward pass on the whole prefix (float64, within ``1e-12``:
+:func:`prefill` **is** the model's forward pass
+(:func:`attncourse.model.model_forward`); it keeps the keys and values the blocks
+computed. :func:`decode_step` runs the same layers on one new position: the embedding,
+the position row ``t`` (the positions are offset too), and in every block LayerNorm, the
+projections, attention of the one query at ``query_offset = t`` over the ``t + 1`` keys,
+the output projection, the MLP and the two residuals, then the final norm and the
+logits. Its logits equal the last row of the full forward pass on the whole prefix
+(float64, within ``1e-12``:
 :func:`attncourse.verify.kvcache.assert_decoding_equals_recompute`).
 
 :func:`incremental_attention` is the cache's attention pattern as a function of the
@@ -51,7 +52,7 @@ from .layers.linear import linear_forward
 from .layers.mlp import mlp_forward
 from .layers.multihead import merge_heads, split_heads
 from .layers.positions import positions_forward
-from .model import ModelConfig, _unembedding, model_forward
+from .model import ModelConfig, _check_params, _unembedding, model_forward
 from .sample import _require_rng, _require_settings, sample
 from .text import validate_ids
 
@@ -107,7 +108,8 @@ def _harvest(saved):
 
 
 def prefill(params, ids, *, config, key_valid=None):
-    """Run the model on the prompt ``ids (..., t)``; return ``logits (..., t, n_vocab), cache``.
+    """Run the model on the prompt ``ids (..., t)``; return
+    ``logits (..., t, n_vocab), cache``.
 
     The logits are :func:`attncourse.model.model_forward`'s; the cache holds each
     block's keys and values and ``position = t``. ``key_valid`` (boolean, the shape of
@@ -153,12 +155,27 @@ def _block_step(params, X, past, position, key_valid, config, attend, store):
     return H + M, store(past, keys, values)
 
 
-def _check_step(cache, ids, config):
+def _check_step(params, cache, ids, config):
     """Return ``ids`` as int64 of the cache's batch shape, or raise ``ValueError``."""
     _require_config(config)
+    _check_params(params, config)
     if not isinstance(cache, KVCache) or len(cache.blocks) != config.layers:
+        got = (f"{len(cache.blocks)} blocks" if isinstance(cache, KVCache)
+               else type(cache).__name__)
         raise ValueError(f"cache must be a KVCache with one BlockCache per block "
-                         f"({config.layers}), got {type(cache).__name__}")
+                         f"(config.layers={config.layers}), got {got}")
+    t, width = cache.position, (config.heads, config.d)
+    for i, block in enumerate(cache.blocks):
+        for name, M in (("keys", block.keys), ("values", block.values)):
+            shape = np.shape(M)
+            if len(shape) < 3 or shape[-3:] != (width[0], t, width[1]):
+                raise ValueError(
+                    f"block {i}'s cached {name} must have shape (..., heads, position, "
+                    f"d) = (..., {width[0]}, {t}, {width[1]}), got {shape}")
+    kv = cache.key_valid
+    if kv is not None and np.shape(kv)[-1:] != (t,):
+        raise ValueError(f"cache.key_valid must have shape (..., position) = "
+                         f"(..., {t}), got {np.shape(kv)}")
     ids = validate_ids(ids, config.n_vocab)
     batch = cache.blocks[0].keys.shape[:-3]
     if ids.shape != batch:
@@ -173,7 +190,7 @@ def _check_step(cache, ids, config):
 def _decode(params, cache, ids, config, *, positions=_offset_positions,
             attend=_attend_cached, store=_store):
     """:func:`decode_step` with three steps as arguments (the faults swap them)."""
-    ids = _check_step(cache, ids, config)
+    ids = _check_step(params, cache, ids, config)
     t = cache.position
     X, _ = embedding_forward(params["embed"], ids[..., None])  # (..., 1, D)
     X = positions(params["pos"], X, t)  # + P[t]
@@ -236,11 +253,11 @@ def generate_cached(params, prompt, n_new, *, config, rng, temperature=1.0,
     return ids
 
 
-# --- the cache's attention pattern, for the conformance suite --------------------------
+# --- the cache's attention pattern, for the conformance suite ------------------------
 
 
 def _steps(Q, K, V, query_offset, key_valid):
-    """Validate; yield ``(i, p, query_i, key_valid_i)``: query ``i`` reads keys ``:p``."""
+    """Yield ``(i, p, query_i, key_valid_i)``: query ``i`` reads the keys ``:p``."""
     for i in range(Q.shape[-2]):
         p = query_offset + i + 1  # the keys so far, its own included
         kv = None if key_valid is None else np.asarray(key_valid)[..., :p]
@@ -274,7 +291,8 @@ def incremental_attention(query, key, value, query_offset=0, dropout=None, *,
     O = np.zeros(batch + (T_q, V.shape[-1]))
     A = np.zeros(batch + (T_q, T_k))
     for i, p, q, kv in _steps(Q, K, V, query_offset, key_valid):
-        O_i, A_i = causal_attention(q, K[..., :p, :], V[..., :p, :], p - 1, key_valid=kv)
+        O_i, A_i = causal_attention(q, K[..., :p, :], V[..., :p, :], p - 1,
+                                    key_valid=kv)
         O[..., i: i + 1, :], A[..., i: i + 1, :p] = O_i, A_i
     if dropout is not None:
         O = dropout(A) @ V  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
@@ -289,11 +307,13 @@ def incremental_attention_backward(query, key, value, dO, query_offset=0, *,
     dO = np.asarray(dO, dtype=np.float64)
     want = _batch_shape(Q=Q, K=K, V=V) + (Q.shape[-2], V.shape[-1])
     if dO.shape != want:
-        raise ValueError(f"dO must have the shape of the output, {want}, got {dO.shape}")
+        raise ValueError(f"dO must have the shape of the output, {want}, "
+                         f"got {dO.shape}")
     dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
     for i, p, q, kv in _steps(Q, K, V, query_offset, key_valid):
         dq, dk, dv = causal_attention_backward(q, K[..., :p, :], V[..., :p, :],
-                                               dO[..., i: i + 1, :], p - 1, key_valid=kv)
+                                               dO[..., i: i + 1, :], p - 1,
+                                               key_valid=kv)
         dQ[..., i: i + 1, :] = dq
         dK[..., :p, :] += dk
         dV[..., :p, :] += dv

@@ -340,12 +340,17 @@ def model_loss(params, ids, targets, *, config, key_valid=None, counted=None):
     if targets.shape != logits.shape[:-1]:
         raise ValueError(f"targets must have the shape of ids, {logits.shape[:-1]}, "
                          f"got {targets.shape}")
-    real = np.ones(targets.shape, dtype=bool) if key_valid is None else np.asarray(key_valid)
+    if key_valid is None:
+        real = np.ones(targets.shape, dtype=bool)
+    else:
+        real = np.asarray(key_valid)
     if counted is not None:
         counted = np.asarray(counted)
         if counted.dtype != bool or counted.shape != targets.shape:
-            raise ValueError(f"counted must be a boolean array of the shape of ids, "
-                             f"{targets.shape}, got {counted.dtype} {counted.shape}")
+            raise ValueError(
+                f"counted must be a boolean array of the shape of ids, "
+                f"{targets.shape}, got {counted.dtype} {counted.shape}"
+            )
         real = real & counted
     if not real.any():
         raise ValueError("no position is counted: the mean loss would be empty")
@@ -370,8 +375,10 @@ def save_model(path, params, config):
     _require_config(config)
     _check_params(params, config)
     flat = {path_: np.asarray(value) for path_, value in flatten_params(params).items()}
-    fields = {name: value.item() if isinstance(value, np.generic) else value
-              for name, value in dataclasses.asdict(config).items()}  # JSON numbers
+    fields = {
+        name: value.item() if isinstance(value, np.generic) else value
+        for name, value in dataclasses.asdict(config).items()
+    }  # JSON numbers
     flat[CONFIG_KEY] = np.array(json.dumps(fields))
     with open(path, "wb") as file:
         np.savez(file, **flat)
@@ -393,30 +400,36 @@ def load_model(path):
         config = ModelConfig(**fields)
     except (TypeError, json.JSONDecodeError) as e:
         raise ValueError(
-            f"the config stored in {path} is not a ModelConfig: {e}") from e
+            f"the config stored in {path} is not a ModelConfig: {e}"
+        ) from e
     like = init_model(config)  # the names and shapes this config needs
     want = flatten_params(like)
     missing, extra = sorted(set(want) - set(stored)), sorted(set(stored) - set(want))
     if missing or extra:
-        raise ValueError(f"{path} does not match its config: missing {missing}, "
-                         f"extra {extra}")
+        raise ValueError(
+            f"{path} does not match its config: missing {missing}, extra {extra}"
+        )
     for name, value in want.items():
         if stored[name].shape != value.shape:
-            raise ValueError(f"{path}: {name} has shape {stored[name].shape}, "
-                             f"the config needs {value.shape}")
+            raise ValueError(
+                f"{path}: {name} has shape {stored[name].shape}, "
+                f"the config needs {value.shape}"
+            )
         if stored[name].dtype.kind != "f":
             raise ValueError(
-                f"{path}: {name} must hold floats, got {stored[name].dtype}")
+                f"{path}: {name} must hold floats, got {stored[name].dtype}"
+            )
     return unflatten_params(stored, like), config
 
 
 def spread_params(config, seed=0, *, rng=None):
-    """Return parameters moved off :func:`init_model`'s values: a well-conditioned point for a gradient check.
+    """Return parameters moved off :func:`init_model`'s values: a well-conditioned point
+    for a gradient check.
 
-    At ``std = 0.02``, gains 1 and biases 0 many gradients are tiny and a missing term could
-    hide below the tolerance, so: weights ``N(0, 0.3^2)``, the tables ``E`` and ``P``
-    standard normal, gains ``1 + N(0, 0.1^2)``, shifts and biases ``N(0, 0.1^2)``, drawn
-    from ``rng`` (default ``np.random.default_rng(seed)``).
+    At ``std = 0.02``, gains 1 and biases 0 many gradients are tiny and a missing term
+    could hide below the tolerance, so: weights ``N(0, 0.3^2)``, the tables ``E`` and
+    ``P`` standard normal, gains ``1 + N(0, 0.1^2)``, shifts and biases ``N(0, 0.1^2)``,
+    drawn from ``rng`` (default ``np.random.default_rng(seed)``).
 
     >>> config = ModelConfig(n_vocab=6, T_max=5, D=4, heads=2, layers=1, ratio=2)
     >>> float(spread_params(config)["blocks"][0]["ln1"]["gamma"].std()) > 0

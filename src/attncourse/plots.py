@@ -6,7 +6,8 @@ that the chapter can assert what a figure claims. This module imports matplotlib
 
 >>> stats = scaling_experiment([4, 64], n_queries=200, n_keys=8, seed=0)
 >>> sorted(stats)
-['max_weight_scaled', 'max_weight_tied', 'max_weight_unscaled', 'spread_scaled', 'spread_unscaled']
+['max_weight_scaled', 'max_weight_tied', 'max_weight_unscaled', 'spread_scaled',
+ 'spread_unscaled']
 """
 
 import math
@@ -41,7 +42,8 @@ __all__ = [
 
 
 def weights_heatmap(panels, cmap="Blues"):
-    """Draw attention weights as heatmaps, one panel per ``(A, title, labels)``; return the Figure.
+    """Draw attention weights as heatmaps, one panel per ``(A, title, labels)``; return
+    the Figure.
 
     ``labels`` (optional, same shape as ``A``) holds the text written in each cell; by
     default the weights rounded to three decimals.
@@ -51,8 +53,13 @@ def weights_heatmap(panels, cmap="Blues"):
     ['0.333', '0.333']
     >>> plt.close(fig)
     """
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.4, 3.0), squeeze=False,
-                             constrained_layout=True)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(3.2 * len(panels) + 1.4, 3.0),
+        squeeze=False,
+        constrained_layout=True,
+    )
     for n, (ax, panel) in enumerate(zip(axes[0], panels)):
         A, title = np.asarray(panel[0]), panel[1]
         labels = panel[2] if len(panel) > 2 else np.vectorize(lambda w: f"{w:.3f}")(A)
@@ -60,10 +67,19 @@ def weights_heatmap(panels, cmap="Blues"):
         T_q, T_k = A.shape
         for i in range(T_q):
             for j in range(T_k):
-                ax.text(j, i, labels[i][j], ha="center", va="center", fontsize=12,
-                        color="white" if A[i, j] > 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    labels[i][j],
+                    ha="center",
+                    va="center",
+                    fontsize=12,
+                    color="white" if A[i, j] > 0.6 else "black",
+                )
         ax.set_xticks(range(T_k), [f"key {j + 1}" for j in range(T_k)])
-        ax.set_yticks(range(T_q), [f"query {i + 1}" for i in range(T_q)] if n == 0 else [])
+        ax.set_yticks(
+            range(T_q), [f"query {i + 1}" for i in range(T_q)] if n == 0 else []
+        )
         ax.set_title(title, fontsize=11)
     fig.colorbar(im, ax=list(axes[0]), shrink=0.85, label="weight $A_{ij}$")
     return fig
@@ -81,30 +97,44 @@ def scaling_experiment(dims, n_queries=400, n_keys=16, seed=0):
     """
     dims = [int(d) for d in dims]
     if not dims or min(dims) < 1 or n_queries < 2 or n_keys < 2:
-        raise ValueError(f"need dims >= 1, n_queries >= 2, n_keys >= 2, got dims={dims}, "
-                         f"n_queries={n_queries}, n_keys={n_keys}")
+        raise ValueError(
+            f"need dims >= 1, n_queries >= 2, n_keys >= 2, got dims={dims}, "
+            f"n_queries={n_queries}, n_keys={n_keys}"
+        )
     rng = np.random.default_rng(seed)
-    out = {k: [] for k in ("spread_unscaled", "spread_scaled", "max_weight_unscaled", "max_weight_scaled",
-                           "max_weight_tied")}
+    out = {
+        k: []
+        for k in (
+            "spread_unscaled",
+            "spread_scaled",
+            "max_weight_unscaled",
+            "max_weight_scaled",
+            "max_weight_tied",
+        )
+    }
     for d in dims:
         q = rng.standard_normal((n_queries, 1, d))
         k = rng.standard_normal((n_queries, n_keys, d))
-        raw = np.sum(q * k, axis=-1)  # (n, 1, d) * (n, n_keys, d) summed over d -> (n, n_keys)
+        # (n, 1, d) * (n, n_keys, d) summed over d -> (n, n_keys)
+        raw = np.sum(q * k, axis=-1)
         scaled = raw / math.sqrt(d)
         out["spread_unscaled"].append(raw.std())
         out["spread_scaled"].append(scaled.std())
         out["max_weight_unscaled"].append(softmax(raw).max(axis=-1).mean())
         out["max_weight_scaled"].append(softmax(scaled).max(axis=-1).mean())
         tied = scaled.copy()
-        tied[:, 0] = np.sum(q[:, 0] * q[:, 0], axis=-1) / math.sqrt(d)  # the query's own key: |q|^2 / sqrt(d)
+        # the query's own key: |q|^2 / sqrt(d)
+        tied[:, 0] = np.sum(q[:, 0] * q[:, 0], axis=-1) / math.sqrt(d)
         out["max_weight_tied"].append(softmax(tied).max(axis=-1).mean())
     return {k: np.array(v) for k, v in out.items()}
 
 
 def scaling_figure(dims, stats, n_keys=16):
-    """Two panels: score spread against ``d``, and the mean largest weight against ``d``.
+    """Two panels: score spread against ``d``, and the mean largest weight against
+    ``d``.
 
-    >>> fig = scaling_figure([2, 8], scaling_experiment([2, 8], n_queries=20, n_keys=4), n_keys=4)
+    >>> stats = scaling_experiment([2, 8], n_queries=20, n_keys=4)
+    >>> fig = scaling_figure([2, 8], stats, n_keys=4)
     >>> [ax.get_title() for ax in fig.axes]
     ['score spread', 'softmax concentration (4 keys)']
     >>> plt.close(fig)
@@ -121,7 +151,9 @@ def scaling_figure(dims, stats, n_keys=16):
     ax2.semilogx(dims, stats["max_weight_unscaled"], "o-", label="unscaled")
     ax2.semilogx(dims, stats["max_weight_scaled"], "s-", label="scaled")
     ax2.semilogx(dims, stats["max_weight_tied"], "^--", label=r"scaled, tied $q=k$")
-    ax2.axhline(1.0 / n_keys, color="grey", lw=0.8, ls=":", label=f"uniform, 1/{n_keys}")
+    ax2.axhline(
+        1.0 / n_keys, color="grey", lw=0.8, ls=":", label=f"uniform, 1/{n_keys}"
+    )
     ax2.set_ylim(0, 1.05)
     ax2.set_xlabel("key width $d$")
     ax2.set_ylabel("mean largest weight of a row")
@@ -135,21 +167,29 @@ def scaling_figure(dims, stats, n_keys=16):
 
 
 def step_size_errors(f, x, analytic, steps):
-    """Return the max absolute error of central differences of ``f`` at ``x``, one entry per step.
+    """Return the max absolute error of central differences of ``f`` at ``x``, one entry
+    per step.
 
     >>> import numpy as np
-    >>> errs = step_size_errors(lambda x: float(np.sum(np.sin(x))), np.array([0.3, 1.1]), np.cos([0.3, 1.1]), [1e-2, 1e-5])
+    >>> x = np.array([0.3, 1.1])
+    >>> errs = step_size_errors(lambda x: float(np.sum(np.sin(x))), x, np.cos(x),
+    ...                         [1e-2, 1e-5])
     >>> bool(errs[0] > errs[1])
     True
     """
     analytic = np.asarray(analytic, dtype=np.float64)
     if analytic.shape != np.shape(x):
-        raise ValueError(f"analytic gradient has shape {analytic.shape}, x has shape {np.shape(x)}")
-    return np.array([np.max(np.abs(numerical_gradient(f, x, h) - analytic)) for h in steps])
+        raise ValueError(
+            f"analytic gradient has shape {analytic.shape}, x has shape {np.shape(x)}"
+        )
+    return np.array(
+        [np.max(np.abs(numerical_gradient(f, x, h) - analytic)) for h in steps]
+    )
 
 
 def step_size_figure(steps, errors, chosen=STEPS, tolerance=TOLERANCE):
-    """Log-log plot of the finite-difference error against the step, one line per ``errors`` entry.
+    """Log-log plot of the finite-difference error against the step, one line per
+    ``errors`` entry.
 
     >>> fig = step_size_figure([1e-2, 1e-5, 1e-8], {"Q": np.array([1e-4, 1e-11, 1e-8])})
     >>> fig.axes[0].get_xscale(), fig.axes[0].get_yscale()
@@ -163,13 +203,29 @@ def step_size_figure(steps, errors, chosen=STEPS, tolerance=TOLERANCE):
     ax.axhline(tolerance, color="k", ls="--", lw=1, label=f"tolerance {tolerance:.0e}")
     for h in chosen:
         ax.axvline(h, color="tab:green", ls=":", lw=1.5)
-    ax.axvspan(min(chosen), max(chosen), color="tab:green", alpha=0.12, label="chosen steps")
+    ax.axvspan(
+        min(chosen), max(chosen), color="tab:green", alpha=0.12, label="chosen steps"
+    )
     ax.set_xlabel("step $h$")
     ax.set_ylabel("max |central difference - formula|")
     ax.invert_xaxis()
-    ax.text(0.03, 0.06, "truncation\n(error ~ $h^2$)", transform=ax.transAxes, fontsize=9, va="bottom")
-    ax.text(0.97, 0.06, "round-off\n(error ~ $\\epsilon/h$)", transform=ax.transAxes, fontsize=9,
-            ha="right", va="bottom")
+    ax.text(
+        0.03,
+        0.06,
+        "truncation\n(error ~ $h^2$)",
+        transform=ax.transAxes,
+        fontsize=9,
+        va="bottom",
+    )
+    ax.text(
+        0.97,
+        0.06,
+        "round-off\n(error ~ $\\epsilon/h$)",
+        transform=ax.transAxes,
+        fontsize=9,
+        ha="right",
+        va="bottom",
+    )
     ax.legend(fontsize=9, loc="upper center")
     fig.tight_layout()
     return fig
@@ -213,9 +269,19 @@ def _connect(fig, ax_a, xy_a, ax_b, xy_b):
     """Draw an arrow from the point ``xy_a`` of ``ax_a`` to ``xy_b`` of ``ax_b``."""
     from matplotlib.patches import ConnectionPatch
 
-    fig.add_artist(ConnectionPatch(xyA=xy_a, coordsA="data", axesA=ax_a,
-                                   xyB=xy_b, coordsB="data", axesB=ax_b,
-                                   arrowstyle="->", color="black", linewidth=1))
+    fig.add_artist(
+        ConnectionPatch(
+            xyA=xy_a,
+            coordsA="data",
+            axesA=ax_a,
+            xyB=xy_b,
+            coordsB="data",
+            axesB=ax_b,
+            arrowstyle="->",
+            color="black",
+            linewidth=1,
+        )
+    )
 
 
 def _outline_rows(ax, rows, width):
@@ -223,8 +289,9 @@ def _outline_rows(ax, rows, width):
     from matplotlib.patches import Rectangle
 
     for i in rows:
-        ax.add_patch(Rectangle((-0.5, i - 0.5), width, 1, fill=False,
-                               edgecolor="black", lw=2))
+        ax.add_patch(
+            Rectangle((-0.5, i - 0.5), width, 1, fill=False, edgecolor="black", lw=2)
+        )
 
 
 def lookup_figure(E, ids, X, vocab):
@@ -250,10 +317,23 @@ def lookup_figure(E, ids, X, vocab):
     ax_h, ax_times, ax_e, ax_gap, ax_x = axes
     for ax in (ax_times, ax_gap):
         ax.axis("off")
-    ax_times.text(0.5, 0.5, "×", fontsize=22, ha="center", va="center",
-                  transform=ax_times.transAxes)
-    show_matrix(ax_h, one_hot(ids, n_vocab), "onehot(x)  (T × n_vocab)",
-                rows=word_labels, cols=char_labels(vocab), signed=False)
+    ax_times.text(
+        0.5,
+        0.5,
+        "×",
+        fontsize=22,
+        ha="center",
+        va="center",
+        transform=ax_times.transAxes,
+    )
+    show_matrix(
+        ax_h,
+        one_hot(ids, n_vocab),
+        "onehot(x)  (T × n_vocab)",
+        rows=word_labels,
+        cols=char_labels(vocab),
+        signed=False,
+    )
     ax_h.set_xticks(np.arange(n_vocab + 1) - 0.5, minor=True)
     ax_h.set_yticks(np.arange(len(ids) + 1) - 0.5, minor=True)
     ax_h.grid(which="minor", color="0.85", linewidth=0.6)
@@ -287,13 +367,16 @@ def scatter_add_figure(dX, dE, ids, vocab):
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad="white")  # rows that get nothing
     vmax = np.abs(dE).max()
     layout = {"width_ratios": [6, 5, 6], "wspace": 0.05}
-    fig, (ax_g, ax_gap, ax_d) = plt.subplots(1, 3, figsize=(7.0, 4.6),
-                                             gridspec_kw=layout)
+    fig, (ax_g, ax_gap, ax_d) = plt.subplots(
+        1, 3, figsize=(7.0, 4.6), gridspec_kw=layout
+    )
     ax_gap.axis("off")
     untouched = np.broadcast_to((dE == 0).all(axis=1, keepdims=True), dE.shape)
     shown = np.ma.masked_where(untouched, dE)
-    panels = [(ax_g, dX, "dX  (T × D)", char_labels(vocab[v] for v in ids)),
-              (ax_d, shown, "dE  (n_vocab × D)", char_labels(vocab))]
+    panels = [
+        (ax_g, dX, "dX  (T × D)", char_labels(vocab[v] for v in ids)),
+        (ax_d, shown, "dE  (n_vocab × D)", char_labels(vocab)),
+    ]
     for ax, M, title, rows in panels:
         ax.imshow(M, cmap=cmap, vmin=-vmax, vmax=vmax)
         ax.set_title(title, fontsize=10)
@@ -315,36 +398,86 @@ def _node(ax, xy, text, color):
 
 
 def _arrow(ax, a, b, style="-|>", color="black", ls="-", rad=0.0, lw=1.4):
-    ax.add_patch(FancyArrowPatch(a, b, arrowstyle=style, mutation_scale=14, color=color, ls=ls, lw=lw,
-                                 shrinkA=16, shrinkB=16, connectionstyle=f"arc3,rad={rad}", zorder=2))
+    ax.add_patch(
+        FancyArrowPatch(
+            a,
+            b,
+            arrowstyle=style,
+            mutation_scale=14,
+            color=color,
+            ls=ls,
+            lw=lw,
+            shrinkA=16,
+            shrinkB=16,
+            connectionstyle=f"arc3,rad={rad}",
+            zorder=2,
+        )
+    )
 
 
 def graph_figure():
-    """Draw the computational graph ``X -> Q, K, V -> S -> A -> O -> J`` and the three branches back to ``X``.
+    """Draw the computational graph ``X -> Q, K, V -> S -> A -> O -> J`` and the three
+    branches back to ``X``.
 
     >>> fig = graph_figure()
-    >>> sorted(t.get_text() for t in fig.axes[0].texts if len(t.get_text()) == 3)  # nodes, and G
+    >>> # the nodes, and G
+    >>> sorted(t.get_text() for t in fig.axes[0].texts if len(t.get_text()) == 3)
     ['$A$', '$G$', '$J$', '$K$', '$O$', '$Q$', '$S$', '$V$', '$X$']
     >>> plt.close(fig)
     """
-    pos = {"X": (0.6, 2.0), "Q": (3.4, 3.8), "K": (3.4, 2.0), "V": (3.4, 0.2),
-           "S": (5.4, 2.9), "A": (7.2, 2.9), "O": (9.0, 1.6), "J": (10.8, 1.6)}
-    colors = {"X": "#fde2b5", "Q": "#cfe3f7", "K": "#cfe3f7", "V": "#cfe3f7",
-              "S": "#e3e3e3", "A": "#e3e3e3", "O": "#e3e3e3", "J": "#d7f0d2"}
+    pos = {
+        "X": (0.6, 2.0),
+        "Q": (3.4, 3.8),
+        "K": (3.4, 2.0),
+        "V": (3.4, 0.2),
+        "S": (5.4, 2.9),
+        "A": (7.2, 2.9),
+        "O": (9.0, 1.6),
+        "J": (10.8, 1.6),
+    }
+    colors = {
+        "X": "#fde2b5",
+        "Q": "#cfe3f7",
+        "K": "#cfe3f7",
+        "V": "#cfe3f7",
+        "S": "#e3e3e3",
+        "A": "#e3e3e3",
+        "O": "#e3e3e3",
+        "J": "#d7f0d2",
+    }
     red = "tab:red"
     fig, ax = plt.subplots(figsize=(10.5, 5.0))
     for name, xy in pos.items():
         _node(ax, xy, f"${name}$", colors[name])
-    for a, b in [("X", "Q"), ("X", "K"), ("X", "V"), ("Q", "S"), ("K", "S"), ("S", "A"), ("A", "O"), ("V", "O"),
-                 ("O", "J")]:
+    for a, b in [
+        ("X", "Q"),
+        ("X", "K"),
+        ("X", "V"),
+        ("Q", "S"),
+        ("K", "S"),
+        ("S", "A"),
+        ("A", "O"),
+        ("V", "O"),
+        ("O", "J"),
+    ]:
         _arrow(ax, pos[a], pos[b])
-    forward_labels = [((2.25, 2.75), r"$XW_Q$"), ((2.0, 1.68), r"$XW_K$"), ((2.25, 1.2), r"$XW_V$"),
-                      ((6.3, 3.1), "softmax"), ((9.9, 1.8), r"$\langle G, O\rangle$")]
+    forward_labels = [
+        ((2.25, 2.75), r"$XW_Q$"),
+        ((2.0, 1.68), r"$XW_K$"),
+        ((2.25, 1.2), r"$XW_V$"),
+        ((6.3, 3.1), "softmax"),
+        ((9.9, 1.8), r"$\langle G, O\rangle$"),
+    ]
     for xy, label in forward_labels:
         ax.text(*xy, label, ha="center", fontsize=11)
-    grad_labels = [((9.9, 1.2), "$G$"), ((8.55, 2.5), r"$dA=GV^\top$"), ((6.4, 0.75), r"$dV=A^\top G$"),
-                   ((6.3, 2.5), "$dS$"), ((4.6, 3.75), r"$dQ=dS\,K/\sqrt{d}$"),
-                   ((4.55, 2.05), r"$dK=dS^\top Q/\sqrt{d}$")]
+    grad_labels = [
+        ((9.9, 1.2), "$G$"),
+        ((8.55, 2.5), r"$dA=GV^\top$"),
+        ((6.4, 0.75), r"$dV=A^\top G$"),
+        ((6.3, 2.5), "$dS$"),
+        ((4.6, 3.75), r"$dQ=dS\,K/\sqrt{d}$"),
+        ((4.55, 2.05), r"$dK=dS^\top Q/\sqrt{d}$"),
+    ]
     for xy, label in grad_labels:
         ax.text(*xy, label, ha="center", fontsize=10, color=red)
     _arrow(ax, pos["Q"], pos["X"], color=red, ls="--", rad=0.3)
@@ -353,9 +486,24 @@ def graph_figure():
     ax.text(1.25, 3.65, r"$dQ\,W_Q^\top$", color=red, fontsize=10, ha="center")
     ax.text(2.0, 2.42, r"$dK\,W_K^\top$", color=red, fontsize=10, ha="center")
     ax.text(1.25, 0.2, r"$dV\,W_V^\top$", color=red, fontsize=10, ha="center")
-    ax.text(0.2, 1.5, "$dX$ = sum\nof all three", color=red, fontsize=10, ha="center", va="top")
-    ax.text(7.6, 0.0, "black: forward pass\nred, dashed: gradients flowing back", fontsize=10, ha="left",
-            va="center", color="dimgray")
+    ax.text(
+        0.2,
+        1.5,
+        "$dX$ = sum\nof all three",
+        color=red,
+        fontsize=10,
+        ha="center",
+        va="top",
+    )
+    ax.text(
+        7.6,
+        0.0,
+        "black: forward pass\nred, dashed: gradients flowing back",
+        fontsize=10,
+        ha="left",
+        va="center",
+        color="dimgray",
+    )
     ax.set_xlim(-0.2, 11.4)
     ax.set_ylim(-0.4, 4.5)
     ax.set_aspect("equal")
@@ -378,8 +526,13 @@ def masks_figure(panels):
     """
     from matplotlib.colors import ListedColormap
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(10 / 3 * len(panels), 3.6),
-                             squeeze=False, constrained_layout=True)
+    fig, axes = plt.subplots(
+        1,
+        len(panels),
+        figsize=(10 / 3 * len(panels), 3.6),
+        squeeze=False,
+        constrained_layout=True,
+    )
     for ax, (mask, title) in zip(axes[0], panels):
         mask = np.asarray(mask, dtype=bool)
         ax.imshow(mask, cmap=ListedColormap(["white", "tab:blue"]), vmin=0, vmax=1)
@@ -393,8 +546,15 @@ def masks_figure(panels):
         ax.set_xlabel("key j")
         ax.set_title(title, fontsize=10)
         for i in np.flatnonzero(~mask.any(axis=1)):
-            ax.annotate("nothing visible", xy=(n_k - 0.5, i), xytext=(n_k - 0.3, i),
-                        va="center", fontsize=8, color="tab:red", annotation_clip=False)
+            ax.annotate(
+                "nothing visible",
+                xy=(n_k - 0.5, i),
+                xytext=(n_k - 0.3, i),
+                va="center",
+                fontsize=8,
+                color="tab:red",
+                annotation_clip=False,
+            )
     axes[0, 0].set_ylabel("query i")
     return fig
 
@@ -414,8 +574,9 @@ def head_weights_figure(A, labels, hidden):
     """
     A = np.asarray(A)
     H, T, _ = A.shape
-    fig, axes = plt.subplots(1, H, figsize=(3.25 * H, 3.8), squeeze=False,
-                             constrained_layout=True)
+    fig, axes = plt.subplots(
+        1, H, figsize=(3.25 * H, 3.8), squeeze=False, constrained_layout=True
+    )
     cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")  # hidden entries: grey
     for h, ax in enumerate(axes[0]):
         shown = np.ma.masked_array(A[h], mask=hidden)
@@ -437,9 +598,18 @@ def _diagram_box(ax, xy, text, color, width=2.3, height=0.62, fontsize=9):
     from matplotlib.patches import FancyBboxPatch
 
     x, y = xy
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - height / 2), width, height,
-                                boxstyle="round,pad=0.04,rounding_size=0.12",
-                                facecolor=color, edgecolor="black", lw=1.0, zorder=3))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - width / 2, y - height / 2),
+            width,
+            height,
+            boxstyle="round,pad=0.04,rounding_size=0.12",
+            facecolor=color,
+            edgecolor="black",
+            lw=1.0,
+            zorder=3,
+        )
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=fontsize, zorder=4)
 
 
@@ -447,15 +617,27 @@ def _diagram_line(ax, points, color="black", ls="-"):
     """A polyline through ``points`` with an arrow head at the last point."""
     xs, ys = zip(*points)
     ax.plot(xs[:-1], ys[:-1], color=color, ls=ls, lw=1.3, zorder=2)
-    ax.add_patch(FancyArrowPatch(points[-2], points[-1], arrowstyle="-|>",
-                                 mutation_scale=12, color=color, ls=ls, lw=1.3,
-                                 shrinkA=0, shrinkB=0, zorder=2))
+    ax.add_patch(
+        FancyArrowPatch(
+            points[-2],
+            points[-1],
+            arrowstyle="-|>",
+            mutation_scale=12,
+            color=color,
+            ls=ls,
+            lw=1.3,
+            shrinkA=0,
+            shrinkB=0,
+            zorder=2,
+        )
+    )
 
 
 def _diagram_plus(ax, xy):
     """The circled plus where a branch is added to the residual stream."""
-    ax.add_patch(Circle(xy, 0.2, facecolor="white", edgecolor="black", lw=1.1,
-                        zorder=3))
+    ax.add_patch(
+        Circle(xy, 0.2, facecolor="white", edgecolor="black", lw=1.1, zorder=3)
+    )
     ax.text(*xy, "+", ha="center", va="center", fontsize=12, zorder=4)
 
 
@@ -496,10 +678,17 @@ def model_figure(config, *, max_blocks=3):
     fig, ax = plt.subplots(figsize=(7.2, 0.6 * height))
     _diagram_box(ax, (0.0, 0.0), r"token ids $x$  $(B, T)$", "#fde2b5")
     _diagram_line(ax, [(0.0, 0.31), (0.0, 0.8)])
-    _diagram_box(ax, (0.0, 1.2), f"token embedding $E$\n{n_vocab} × {D}", "#cfe3f7",
-                 height=0.8)
-    _diagram_box(ax, (4.9, 1.2), f"positions $P$\n{config.T_max} × {D}", "#cfe3f7",
-                 width=3.1, height=0.8)
+    _diagram_box(
+        ax, (0.0, 1.2), f"token embedding $E$\n{n_vocab} × {D}", "#cfe3f7", height=0.8
+    )
+    _diagram_box(
+        ax,
+        (4.9, 1.2),
+        f"positions $P$\n{config.T_max} × {D}",
+        "#cfe3f7",
+        width=3.1,
+        height=0.8,
+    )
     _diagram_line(ax, [(0.0, 1.6), (0.0, 2.1)])
     _diagram_line(ax, [(4.9, 1.6), (4.9, 2.3), (0.2, 2.3)])
     _diagram_plus(ax, (0.0, 2.3))
@@ -509,38 +698,92 @@ def model_figure(config, *, max_blocks=3):
     for k in drawn:
         if k == L and L > max_blocks:
             ax.text(0.0, y + 0.5, "⋮", ha="center", va="center", fontsize=16)
-            ax.text(0.5, y + 0.5, f"blocks {max_blocks} to {L - 1}", va="center",
-                    fontsize=9, color="dimgray")
+            ax.text(
+                0.5,
+                y + 0.5,
+                f"blocks {max_blocks} to {L - 1}",
+                va="center",
+                fontsize=9,
+                color="dimgray",
+            )
             y += 0.9
         _diagram_branch(ax, y + 0.7, "$_1$", attention, "#d7f0d2", y + 1.5)
         _diagram_branch(ax, y + 2.2, "$_2$", mlp, "#f7d9cf", y + 3.0)
-        ax.add_patch(plt.Rectangle((-0.45, y + 0.3), 7.0, 2.95, fill=False,
-                                   edgecolor="0.55", ls="--", lw=0.9, zorder=1))
-        ax.text(6.45, y + 3.15, f"block {k}", fontsize=9, ha="right", va="top",
-                color="0.35")
+        ax.add_patch(
+            plt.Rectangle(
+                (-0.45, y + 0.3),
+                7.0,
+                2.95,
+                fill=False,
+                edgecolor="0.55",
+                ls="--",
+                lw=0.9,
+                zorder=1,
+            )
+        )
+        ax.text(
+            6.45, y + 3.15, f"block {k}", fontsize=9, ha="right", va="top", color="0.35"
+        )
         y += 3.0
     top = y + 0.9
-    ax.plot([0.0, 0.0], [2.3, top], color="0.45", lw=5, alpha=0.35, zorder=0,
-            solid_capstyle="butt")
-    ax.text(-0.6, (2.3 + top) / 2, "residual stream", rotation=90, ha="right",
-            va="center", fontsize=9, color="0.35")
+    ax.plot(
+        [0.0, 0.0],
+        [2.3, top],
+        color="0.45",
+        lw=5,
+        alpha=0.35,
+        zorder=0,
+        solid_capstyle="butt",
+    )
+    ax.text(
+        -0.6,
+        (2.3 + top) / 2,
+        "residual stream",
+        rotation=90,
+        ha="right",
+        va="center",
+        fontsize=9,
+        color="0.35",
+    )
     _diagram_line(ax, [(0.0, y + 0.2), (0.0, top - 0.31)])
     _diagram_box(ax, (0.0, top), "final LN", "#e3e3e3", width=1.4)
-    unembed = f"unembedding $E^\\top$\n{D} × {n_vocab}" if config.tied else (
-        f"unembedding $U$\n{D} × {n_vocab}")
+    unembed = (
+        f"unembedding $E^\\top$\n{D} × {n_vocab}"
+        if config.tied
+        else (f"unembedding $U$\n{D} × {n_vocab}")
+    )
     _diagram_line(ax, [(0.0, top + 0.31), (0.0, top + 0.7)])
     _diagram_box(ax, (0.0, top + 1.1), unembed, "#cfe3f7", height=0.8)
     _diagram_line(ax, [(0.0, top + 1.5), (0.0, top + 1.89)])
-    _diagram_box(ax, (0.0, top + 2.2), r"logits $Z$  $(B, T, n_{\mathrm{vocab}})$",
-                 "#e3e3e3", width=3.0)
+    _diagram_box(
+        ax,
+        (0.0, top + 2.2),
+        r"logits $Z$  $(B, T, n_{\mathrm{vocab}})$",
+        "#e3e3e3",
+        width=3.0,
+    )
     _diagram_line(ax, [(0.0, top + 2.51), (0.0, top + 2.9)])
-    _diagram_box(ax, (0.0, top + 3.3), "mean cross-entropy\nagainst the next tokens",
-         "#d7f0d2", width=3.0, height=0.8)
+    _diagram_box(
+        ax,
+        (0.0, top + 3.3),
+        "mean cross-entropy\nagainst the next tokens",
+        "#d7f0d2",
+        width=3.0,
+        height=0.8,
+    )
     if config.tied:
         link = [(-1.15, 1.2), (-1.6, 1.2), (-1.6, top + 1.1), (-1.15, top + 1.1)]
         _diagram_line(ax, link, color="tab:blue", ls="--")
-        ax.text(-1.75, (1.2 + top) / 2, "tied: the same E", rotation=90, ha="right",
-                va="center", fontsize=9, color="tab:blue")
+        ax.text(
+            -1.75,
+            (1.2 + top) / 2,
+            "tied: the same E",
+            rotation=90,
+            ha="right",
+            va="center",
+            fontsize=9,
+            color="tab:blue",
+        )
     ax.set_xlim(-2.4, 6.8)
     ax.set_ylim(-0.6, top + 3.9)
     ax.set_aspect("equal")
@@ -549,9 +792,14 @@ def model_figure(config, *, max_blocks=3):
     return fig
 
 
-BUDGET_COLORS = {"token embedding": "#4c72b0", "positions": "#8fb0d9",
-                 "attention": "#55a868", "MLP": "#dd8452",
-                 "norms and biases": "#999999", "unembedding": "#8172b3"}
+BUDGET_COLORS = {
+    "token embedding": "#4c72b0",
+    "positions": "#8fb0d9",
+    "attention": "#55a868",
+    "MLP": "#dd8452",
+    "norms and biases": "#999999",
+    "unembedding": "#8172b3",
+}
 """The components of a parameter budget, in the order drawn, and their colours."""
 
 
@@ -572,18 +820,30 @@ def parameter_budget_figure(budgets):
     if unknown:
         raise ValueError(f"unknown components {unknown}; known: {list(BUDGET_COLORS)}")
     labels = list(budgets)
-    fig, ax = plt.subplots(figsize=(8.4, 0.7 * len(labels) + 1.7),
-                           layout="constrained")
+    fig, ax = plt.subplots(figsize=(8.4, 0.7 * len(labels) + 1.7), layout="constrained")
     for i, label in enumerate(labels):
         total = sum(budgets[label].values())
         left = 0.0
         for component, color in BUDGET_COLORS.items():
             share = budgets[label].get(component, 0) / total
-            ax.barh(i, share, left=left, color=color, edgecolor="white",
-                    label=component if i == 0 else None)
+            ax.barh(
+                i,
+                share,
+                left=left,
+                color=color,
+                edgecolor="white",
+                label=component if i == 0 else None,
+            )
             if share >= 0.08:
-                ax.text(left + share / 2, i, f"{share:.0%}", ha="center", va="center",
-                        fontsize=8, color="white")
+                ax.text(
+                    left + share / 2,
+                    i,
+                    f"{share:.0%}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white",
+                )
             left += share
         ax.text(1.01, i, f"N = {_short_count(total)}", va="center", fontsize=9)
     ax.set_yticks(range(len(labels)), labels)
@@ -620,8 +880,9 @@ def gelu_figure(x, gelu, gelu_tanh, slope, slope_tanh):
     >>> plt.close(fig)
     """
     x = np.asarray(x, dtype=np.float64)
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(11, 3.4),
-                                        constrained_layout=True)
+    fig, (ax1, ax2, ax3) = plt.subplots(
+        1, 3, figsize=(11, 3.4), constrained_layout=True
+    )
     ax1.plot(x, np.maximum(x, 0.0), color="0.6", ls="--", label="ReLU")
     ax1.plot(x, gelu, color="tab:blue", label=r"GELU $x\,\Phi(x)$")
     ax1.plot(x, gelu_tanh, color="tab:orange", ls=":", lw=2.2, label="tanh form")
@@ -631,10 +892,16 @@ def gelu_figure(x, gelu, gelu_tanh, slope, slope_tanh):
     ax2.plot(x, slope_tanh, color="tab:orange", ls=":", lw=2.2, label="tanh form'")
     ax2.set_title("derivatives")
     scale = 1e-4
-    ax3.plot(x, (np.asarray(gelu) - gelu_tanh) / scale, color="tab:green",
-             label="value")
-    ax3.plot(x, (np.asarray(slope) - slope_tanh) / scale, color="tab:red", ls="--",
-             label="slope")
+    ax3.plot(
+        x, (np.asarray(gelu) - gelu_tanh) / scale, color="tab:green", label="value"
+    )
+    ax3.plot(
+        x,
+        (np.asarray(slope) - slope_tanh) / scale,
+        color="tab:red",
+        ls="--",
+        label="slope",
+    )
     ax3.axhline(0.0, color="0.6", lw=0.8)
     ax3.set_ylabel(r"difference, units of $10^{-4}$")
     ax3.set_title("exact minus tanh form")
@@ -684,9 +951,11 @@ def depth_profile(layers, X, dY):
     grads = [np.asarray(dY, dtype=np.float64)]
     for (_, backward, params), saved in zip(reversed(layers), reversed(stashes)):
         grads.append(backward(params, saved, grads[-1])[1])
-    return {"norm": np.array([_rms_norm(M) for M in stream]),
-            "spread": np.array([_position_spread(M) for M in stream]),
-            "grad_norm": np.array([_rms_norm(g) for g in reversed(grads)])}
+    return {
+        "norm": np.array([_rms_norm(M) for M in stream]),
+        "spread": np.array([_position_spread(M) for M in stream]),
+        "grad_norm": np.array([_rms_norm(g) for g in reversed(grads)]),
+    }
 
 
 def depth_figure(profiles):
@@ -702,16 +971,26 @@ def depth_figure(profiles):
     >>> plt.close(fig)
     """
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), constrained_layout=True)
-    panels = [("norm", "the stream", "RMS per-position norm of the stream"),
-              ("grad_norm", "its gradient", "RMS per-position norm of $dJ/dX$"),
-              ("spread", "how different the positions stay",
-               r"$\|X - \bar X\| \,/\, \|X\|$ over positions")]
+    panels = [
+        ("norm", "the stream", "RMS per-position norm of the stream"),
+        ("grad_norm", "its gradient", "RMS per-position norm of $dJ/dX$"),
+        (
+            "spread",
+            "how different the positions stay",
+            r"$\|X - \bar X\| \,/\, \|X\|$ over positions",
+        ),
+    ]
     styles = ["o-", "s--", "^-.", "v:"]
     for ax, (key, title, ylabel) in zip(axes, panels):
         for n, (label, profile) in enumerate(profiles.items()):
             values = np.asarray(profile[key])
-            ax.semilogy(np.arange(values.size), values, styles[n % len(styles)],
-                        ms=3, label=label)
+            ax.semilogy(
+                np.arange(values.size),
+                values,
+                styles[n % len(styles)],
+                ms=3,
+                label=label,
+            )
         ax.set_xlabel("depth (blocks)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)

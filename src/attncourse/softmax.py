@@ -6,7 +6,8 @@ gradient ``dA`` the backward pass is ``dS = A * (dA - sum_k A_k dA_k)``.
 
 A backward pass never builds the ``n x n`` Jacobian; :func:`softmax_jacobian` builds it
 densely only to make the vector-Jacobian product visible (Chapter 2) and to check a
-learner's Jacobian: ``diag(p)`` is the numerator path and ``-p p^T`` the denominator path.
+learner's Jacobian: ``diag(p)`` is the numerator path and ``-p p^T`` the denominator
+path.
 """
 
 import numpy as np
@@ -26,7 +27,10 @@ def _broadcast_visible(S, visible):
     try:
         shape = np.broadcast_shapes(S.shape, visible.shape)
     except ValueError:
-        raise ValueError(f"visible must broadcast against S: S has shape {S.shape}, visible {visible.shape}") from None
+        raise ValueError(
+            f"visible must broadcast against S: S has shape {S.shape}, visible "
+            f"{visible.shape}"
+        ) from None
     return np.broadcast_to(S, shape), np.broadcast_to(visible, shape)
 
 
@@ -66,7 +70,8 @@ def softmax(S, visible=None):
     """
     S = as_float_array("S", S)
     if visible is None:
-        shifted = S - np.max(S, axis=-1, keepdims=True)  # largest entry of each row is 0
+        # largest entry of each row is 0
+        shifted = S - np.max(S, axis=-1, keepdims=True)
         E = np.exp(shifted)
         return E / np.sum(E, axis=-1, keepdims=True)
     S, visible = _broadcast_visible(S, visible)
@@ -92,13 +97,16 @@ def softmax_backward(A, dA):
     A = as_float_array("A", A)
     dA = as_float_array("dA", dA)
     if A.shape != dA.shape:
-        raise ValueError(f"A and dA must have the same shape, got A {A.shape} and dA {dA.shape}")
+        raise ValueError(
+            f"A and dA must have the same shape, got A {A.shape} and dA {dA.shape}"
+        )
     row_mean = np.sum(A * dA, axis=-1, keepdims=True)  # E_A[dA] for each row
     return A * (dA - row_mean)
 
 
 def softmax_jacobian(z):
-    """Return ``J[..., j, k] = dp_j/dz_k = p_j (delta_jk - p_k)`` for ``p = softmax(z)`` over the last axis.
+    """Return ``J[..., j, k] = dp_j/dz_k = p_j (delta_jk - p_k)`` for ``p = softmax(z)``
+    over the last axis.
 
     ``z`` has shape ``(..., n)``; the result has shape ``(..., n, n)``.
 
@@ -107,8 +115,11 @@ def softmax_jacobian(z):
     """
     z = as_float_array("z", z)
     if z.ndim < 1 or z.shape[-1] == 0:
-        raise ValueError(f"z must have at least one entry along its last axis, got shape {z.shape}")
+        raise ValueError(
+            f"z must have at least one entry along its last axis, got shape {z.shape}"
+        )
     p = softmax(z)
     numerator_path = p[..., :, None] * np.eye(z.shape[-1])  # diag(p)
-    denominator_path = -p[..., :, None] * p[..., None, :]  # -p p^T: (..., n, 1) x (..., 1, n) -> (..., n, n)
+    # -p p^T: (..., n, 1) x (..., 1, n) -> (..., n, n)
+    denominator_path = -p[..., :, None] * p[..., None, :]
     return numerator_path + denominator_path

@@ -47,7 +47,8 @@ __all__ = [
 
 
 def matrix(name, rows, cols):
-    """Return a ``rows x cols`` sympy Matrix of real symbols ``name_ij`` (1-based indices).
+    """Return a ``rows x cols`` sympy Matrix of real symbols ``name_ij`` (1-based
+    indices).
 
     >>> matrix("W", 2, 3)
     Matrix([
@@ -61,14 +62,18 @@ def matrix(name, rows, cols):
     if rows < 1 or cols < 1:
         raise ValueError(f"matrix {name} needs positive sizes, got {rows} x {cols}")
     sep = "" if max(rows, cols) < 10 else ","
-    return sp.Matrix(rows, cols, lambda i, j: sp.Symbol(f"{name}_{i + 1}{sep}{j + 1}", real=True))
+    return sp.Matrix(
+        rows, cols, lambda i, j: sp.Symbol(f"{name}_{i + 1}{sep}{j + 1}", real=True)
+    )
 
 
 def gradient_at(J_of, M, name):
-    """Return ``dJ/dM`` at the value ``M``: ``J_of`` builds ``J`` from a free symbolic matrix.
+    """Return ``dJ/dM`` at the value ``M``: ``J_of`` builds ``J`` from a free symbolic
+    matrix.
 
-    ``J_of(F)`` is called with a fresh matrix ``F = matrix(name, *M.shape)`` (every other
-    input already at its value); sympy differentiates entry by entry, then ``F`` is set to ``M``.
+    ``J_of(F)`` is called with a fresh matrix ``F = matrix(name, *M.shape)`` (every
+    other input already at its value); sympy differentiates entry by entry, then ``F``
+    is set to ``M``.
 
     >>> gradient_at(lambda F: (F[0, 0] * F[0, 1]) ** 2, sp.Matrix([[1, 2]]), "x")
     Matrix([[8, 4]])
@@ -79,7 +84,8 @@ def gradient_at(J_of, M, name):
 
 
 def gradient(J, M):
-    """Return the matrix ``[dJ/dM_ij]`` of the shape of ``M``, one partial derivative per entry.
+    """Return the matrix ``[dJ/dM_ij]`` of the shape of ``M``, one partial derivative
+    per entry.
 
     >>> x = matrix("x", 1, 2)
     >>> gradient(x[0, 0] ** 2 * x[0, 1], x)
@@ -92,8 +98,8 @@ def _is_zero(expr):
     expr = sp.sympify(expr)
     if expr == 0:
         return True
-    # Fast, sound path: a rational function of fresh symbols standing for the exponentials
-    # that cancels to zero is zero whatever values the exponentials take.
+    # Fast, sound path: a rational function of fresh symbols standing for the
+    # exponentials that cancels to zero is zero whatever values the exponentials take.
     exps = sorted(expr.atoms(sp.exp), key=sp.default_sort_key)
     if exps:
         fresh = {e: sp.Dummy(positive=True) for e in exps}
@@ -104,7 +110,8 @@ def _is_zero(expr):
 
 
 def vanishes(M):
-    """Return True if every entry of ``M`` (a Matrix or an expression) simplifies to zero.
+    """Return True if every entry of ``M`` (a Matrix or an expression) simplifies to
+    zero.
 
     >>> s = sp.Symbol("s")
     >>> vanishes(sp.Matrix([sp.exp(s) / (1 + sp.exp(s)) - 1 / (1 + sp.exp(-s))]))
@@ -130,23 +137,37 @@ def product(X, W):
     ...
     ValueError: product needs X columns == W rows, got X (2, 3) and W (2, 2)
     """
-    _require(X.cols == W.rows, f"product needs X columns == W rows, got X {X.shape} and W {W.shape}")
-    return sp.Matrix(X.rows, W.cols, lambda i, j: sp.Add(*[X[i, m] * W[m, j] for m in range(X.cols)]))
+    _require(
+        X.cols == W.rows,
+        f"product needs X columns == W rows, got X {X.shape} and W {W.shape}",
+    )
+    return sp.Matrix(
+        X.rows, W.cols, lambda i, j: sp.Add(*[X[i, m] * W[m, j] for m in range(X.cols)])
+    )
 
 
 def scores(Q, K):
-    """Return ``S`` with ``S_ij = sum_a Q_ia K_ja / sqrt(d)``, ``d`` the number of columns.
+    """Return ``S`` with ``S_ij = sum_a Q_ia K_ja / sqrt(d)``, ``d`` the number of
+    columns.
 
     >>> scores(matrix("Q", 1, 2), matrix("K", 1, 2))
     Matrix([[sqrt(2)*(K_11*Q_11 + K_12*Q_12)/2]])
     """
-    _require(Q.cols == K.cols, f"scores needs Q and K with the same width d, got Q {Q.shape} and K {K.shape}")
+    _require(
+        Q.cols == K.cols,
+        f"scores needs Q and K with the same width d, got Q {Q.shape} and K {K.shape}",
+    )
     d = Q.cols
-    return sp.Matrix(Q.rows, K.rows, lambda i, j: sp.Add(*[Q[i, a] * K[j, a] for a in range(d)]) / sp.sqrt(d))
+    return sp.Matrix(
+        Q.rows,
+        K.rows,
+        lambda i, j: sp.Add(*[Q[i, a] * K[j, a] for a in range(d)]) / sp.sqrt(d),
+    )
 
 
 def softmax_rows(S):
-    """Return ``A`` with ``A_ij = exp(S_ij) / sum_k exp(S_ik)`` (each row normalised over its keys).
+    """Return ``A`` with ``A_ij = exp(S_ij) / sum_k exp(S_ik)`` (each row normalised
+    over its keys).
 
     >>> softmax_rows(sp.Matrix([[sp.log(3), 0]]))
     Matrix([[3/4, 1/4]])
@@ -170,10 +191,15 @@ def masked_softmax_rows(S, visible):
     [  0,   0, 0]])
     """
     visible = np.asarray(visible, dtype=bool)
-    _require(visible.shape == S.shape,
-             f"visible must have the shape of S {S.shape}, got {visible.shape}")
-    Z = [sp.Add(*[sp.exp(S[i, k]) for k in range(S.cols) if visible[i, k]])
-         for i in range(S.rows)]
+    _require(
+        visible.shape == S.shape,
+        f"visible must have the shape of S {S.shape}, got {visible.shape}",
+    )
+    Z = [
+        sp.Add(*[sp.exp(S[i, k]) for k in range(S.cols) if visible[i, k]])
+        for i in range(S.rows)
+    ]
+
     def entry(i, j):
         return sp.exp(S[i, j]) / Z[i] if visible[i, j] else sp.S.Zero
 
@@ -186,17 +212,27 @@ def weighted_sum(A, V):
     >>> weighted_sum(sp.Matrix([[sp.Rational(3, 4), sp.Rational(1, 4)]]), sp.diag(2, 4))
     Matrix([[3/2, 1]])
     """
-    _require(A.cols == V.rows, f"weighted_sum needs one row of V per column of A, got A {A.shape} and V {V.shape}")
-    return sp.Matrix(A.rows, V.cols, lambda i, l: sp.Add(*[A[i, j] * V[j, l] for j in range(A.cols)]))
+    _require(
+        A.cols == V.rows,
+        f"weighted_sum needs one row of V per column of A, got A {A.shape} and V "
+        f"{V.shape}",
+    )
+    return sp.Matrix(
+        A.rows, V.cols, lambda i, l: sp.Add(*[A[i, j] * V[j, l] for j in range(A.cols)])
+    )
 
 
 def pairing(M, N):
-    """Return ``sum_ij M_ij N_ij``: the probe ``J = <G, O>`` when ``M = G`` and ``N = O``.
+    """Return ``sum_ij M_ij N_ij``: the probe ``J = <G, O>`` when ``M = G`` and
+    ``N = O``.
 
-    >>> pairing(sp.Matrix([[1, 0], [0, 2]]), sp.Matrix([[sp.Rational(3, 2), 1], [sp.Rational(1, 2), 3]]))
+    >>> half = sp.Rational(1, 2)
+    >>> pairing(sp.Matrix([[1, 0], [0, 2]]), sp.Matrix([[3 * half, 1], [half, 3]]))
     15/2
     """
-    _require(M.shape == N.shape, f"pairing needs equal shapes, got {M.shape} and {N.shape}")
+    _require(
+        M.shape == N.shape, f"pairing needs equal shapes, got {M.shape} and {N.shape}"
+    )
     return sp.Add(*[M[i, j] * N[i, j] for i in range(M.rows) for j in range(M.cols)])
 
 
@@ -235,21 +271,24 @@ def multihead_output(params, X, *, heads, visible):
     True
     """
     W_Q, W_K, W_V, W_O = (params[n] for n in ("W_Q", "W_K", "W_V", "W_O"))
-    _require(W_Q.cols % heads == 0 and W_V.cols % heads == 0,
-             f"W_Q {W_Q.shape} and W_V {W_V.shape} must split into {heads} heads")
+    _require(
+        W_Q.cols % heads == 0 and W_V.cols % heads == 0,
+        f"W_Q {W_Q.shape} and W_V {W_V.shape} must split into {heads} heads",
+    )
     d, r = W_Q.cols // heads, W_V.cols // heads
     outputs = []
     for h in range(heads):
-        Q = product(X, W_Q[:, h * d:(h + 1) * d])  # (T, D) x (D, d) -> (T, d)
-        K = product(X, W_K[:, h * d:(h + 1) * d])  # (T, D) x (D, d) -> (T, d)
-        V = product(X, W_V[:, h * r:(h + 1) * r])  # (T, D) x (D, r) -> (T, r)
+        Q = product(X, W_Q[:, h * d : (h + 1) * d])  # (T, D) x (D, d) -> (T, d)
+        K = product(X, W_K[:, h * d : (h + 1) * d])  # (T, D) x (D, d) -> (T, d)
+        V = product(X, W_V[:, h * r : (h + 1) * r])  # (T, D) x (D, r) -> (T, r)
         A = masked_softmax_rows(scores(Q, K), visible)  # (T, T)
         outputs.append(weighted_sum(A, V))  # (T, T) x (T, r) -> (T, r)
     return product(sp.Matrix.hstack(*outputs), W_O)  # (T, H r) x (H r, n) -> (T, n)
 
 
 def quotient_rule_paths(n):
-    """Split the softmax derivative ``d a_j / d s_k`` by the quotient rule, for ``n`` scores.
+    """Split the softmax derivative ``d a_j / d s_k`` by the quotient rule, for ``n``
+    scores.
 
     With ``a_j = N_j / Z``, ``N_j = exp(s_j)``, ``Z = sum_k exp(s_k)``, returns
     ``(s, a, numerator, denominator)``: ``numerator[j, k] = (dN_j/ds_k) / Z`` and
@@ -272,13 +311,14 @@ def quotient_rule_paths(n):
 def softmax_jacobian_general():
     """Return the softmax Jacobian entry for a symbolic length ``n``, and its row sum.
 
-    Returns a dict with the symbols ``s`` (IndexedBase), ``j, k, n``, the two quotient-rule
-    paths ``numerator`` (``delta_jk exp(s_j)/Z``) and ``denominator``
+    Returns a dict with the symbols ``s`` (IndexedBase), ``j, k, n``, the two
+    quotient-rule paths ``numerator`` (``delta_jk exp(s_j)/Z``) and ``denominator``
     (``-exp(s_j) exp(s_k)/Z**2``), the full derivative ``entry`` computed directly, and
     ``row_sum = sum_k entry``, all for ``1 <= j, k <= n``.
 
     >>> g = softmax_jacobian_general()
-    >>> sp.simplify(g["entry"] - g["numerator"] - g["denominator"]), sp.simplify(g["row_sum"])
+    >>> paths = g["entry"] - g["numerator"] - g["denominator"]
+    >>> sp.simplify(paths), sp.simplify(g["row_sum"])
     (0, 0)
     """
     s = sp.IndexedBase("s")
@@ -287,19 +327,31 @@ def softmax_jacobian_general():
     Z = sp.Sum(sp.exp(s[m]), (m, 1, n))
     N_j = sp.exp(s[j])
     numerator = sp.diff(N_j, s[k]) / Z
-    dZ = sp.refine(sp.diff(Z, s[k]).doit(), sp.Q.le(k, n))  # d/ds_k of the sum, for k <= n
+    # d/ds_k of the sum, for k <= n
+    dZ = sp.refine(sp.diff(Z, s[k]).doit(), sp.Q.le(k, n))
     denominator = -N_j * dZ / Z**2
     entry = sp.refine(sp.diff(N_j / Z, s[k]).doit(), sp.Q.le(k, n))
     row_sum = sp.refine(sp.Sum(entry.subs(k, m), (m, 1, n)).doit(), sp.Q.le(j, n))
-    return {"s": s, "j": j, "k": k, "n": n, "Z": Z, "numerator": numerator,
-            "denominator": denominator, "entry": entry, "row_sum": row_sum}
+    return {
+        "s": s,
+        "j": j,
+        "k": k,
+        "n": n,
+        "Z": Z,
+        "numerator": numerator,
+        "denominator": denominator,
+        "entry": entry,
+        "row_sum": row_sum,
+    }
 
 
-MOMENT = sp.Function("E")  # an undefined function: E(q**2) stands for an unspecified moment
+# an undefined function: E(q**2) stands for an unspecified moment
+MOMENT = sp.Function("E")
 
 
 def moment_symbol(var, power):
-    """Return ``E(var**power)``, an unspecified moment (an undefined sympy function applied to ``var**power``).
+    """Return ``E(var**power)``, an unspecified moment (an undefined sympy function
+    applied to ``var**power``).
 
     >>> moment_symbol(sp.Symbol("q"), 2)
     E(q**2)
@@ -312,8 +364,8 @@ def expectation(expr, variables, moment=moment_symbol):
 
     Independence makes the expectation of a monomial the product of the moments of its
     factors: ``E[x**p y**q] = E[x**p] E[y**q]``. ``moment(var, power)`` supplies each
-    moment; by default an unspecified ``E(var**power)``, so the result assumes nothing about the
-    distributions beyond independence.
+    moment; by default an unspecified ``E(var**power)``, so the result assumes nothing
+    about the distributions beyond independence.
 
     >>> q, k = sp.symbols("q k")
     >>> expectation(q * k, [q, k])
@@ -334,7 +386,8 @@ def expectation(expr, variables, moment=moment_symbol):
 
 
 def example1():
-    """Return Example 1 exactly: ``X = I``, ``W_Q = aI`` with ``a = sqrt(2) ln 3``, ``W_K = I``, ``W_V = diag(2, 4)``, ``G = diag(1, 2)``.
+    """Return Example 1 exactly: ``X = I``, ``W_Q = aI`` with ``a = sqrt(2) ln 3``,
+    ``W_K = I``, ``W_V = diag(2, 4)``, ``G = diag(1, 2)``.
 
     >>> example1()["W_Q"]
     Matrix([
@@ -347,7 +400,8 @@ def example1():
 
 
 def example2():
-    """Return Example 2 exactly: Example 1 with ``W_K`` all ones, so both key rows are ``[1, 1]``.
+    """Return Example 2 exactly: Example 1 with ``W_K`` all ones, so both key rows are
+    ``[1, 1]``.
 
     >>> ex = example2()
     >>> softmax_rows(scores(product(ex["X"], ex["W_Q"]), product(ex["X"], ex["W_K"])))
@@ -372,10 +426,11 @@ def to_float(M):
 
 
 def to_exact(M):
-    """Return a float array (or number) as a sympy Matrix of exact rationals: each float is a binary fraction.
+    """Return a float array (or number) as a sympy Matrix of exact rationals: each float
+    is a binary fraction.
 
-    Use it on values that are exact in float64 (quarters, eighths) to hand sympy the very
-    numbers numpy computes with.
+    Use it on values that are exact in float64 (quarters, eighths) to hand sympy the
+    very numbers numpy computes with.
 
     >>> to_exact(np.array([[0.25, -1.5]]))
     Matrix([[1/4, -3/2]])
@@ -388,7 +443,9 @@ def to_exact(M):
     if M.ndim == 1:
         M = M[:, None]
     if M.ndim != 2:
-        raise ValueError(f"to_exact takes a scalar, a vector or a matrix, got shape {M.shape}")
+        raise ValueError(
+            f"to_exact takes a scalar, a vector or a matrix, got shape {M.shape}"
+        )
     return sp.Matrix(M.shape[0], M.shape[1], lambda i, j: sp.Rational(float(M[i, j])))
 
 
@@ -425,8 +482,10 @@ def layernorm_rows(X, gamma, beta, eps):
     True
     """
     gamma, beta = list(gamma), list(beta)
-    _require(len(gamma) == X.cols and len(beta) == X.cols,
-             f"gamma and beta need {X.cols} entries, got {len(gamma)} and {len(beta)}")
+    _require(
+        len(gamma) == X.cols and len(beta) == X.cols,
+        f"gamma and beta need {X.cols} entries, got {len(gamma)} and {len(beta)}",
+    )
     rows = []
     for i in range(X.rows):
         mu, var = layernorm_statistics(X[i, :])
@@ -437,8 +496,9 @@ def layernorm_rows(X, gamma, beta, eps):
 
 def _split_sums(expr):
     """Distribute each ``Sum`` over its terms; pull out factors free of its index."""
+
     def split(s):
-        (k, lo, hi), = s.limits
+        ((k, lo, hi),) = s.limits
         terms = []
         for term in sp.Add.make_args(sp.expand(s.function)):
             free, dependent = term.as_independent(k, as_Add=False)
@@ -474,8 +534,15 @@ def layernorm_partials_general():
     def d_dx_j(expr):  # d/dx_j for 1 <= j <= n
         return _split_sums(sp.refine(sp.diff(expr, x[j]).doit(), sp.Q.le(j, n)))
 
-    return {"x": x, "j": j, "n": n, "mu": mu, "var": var,
-            "dmu": d_dx_j(mu), "dvar": d_dx_j(var)}
+    return {
+        "x": x,
+        "j": j,
+        "n": n,
+        "mu": mu,
+        "var": var,
+        "dmu": d_dx_j(mu),
+        "dvar": d_dx_j(var),
+    }
 
 
 GELU_CUBIC = sp.Rational(44715, 10**6)  # the tanh form's coefficient of x^3
@@ -499,7 +566,8 @@ def gelu_expression(x, *, approximate=False, cubic=GELU_CUBIC):
     return x * (1 + sp.erf(x / sp.sqrt(2))) / 2
 
 
-# --- Chapter 9: the online softmax --------------------------------------------------------
+# --- Chapter 9: the online softmax ----------------------------------------------------
+
 
 def online_state(s, V, m):
     """Return the state ``(m, l, o)`` of a partial row, rescaled to the shift ``m``.
@@ -513,16 +581,21 @@ def online_state(s, V, m):
     exp(-m + s1) + exp(-m + s2)
     """
     s = list(s)
-    _require(len(s) == V.rows, f"online_state needs one row of V per score, got {len(s)} "
-             f"scores and V {V.shape}")
+    _require(
+        len(s) == V.rows,
+        f"online_state needs one row of V per score, got {len(s)} "
+        f"scores and V {V.shape}",
+    )
     w = [sp.exp(x - m) for x in s]
-    o = sp.Matrix(1, V.cols, lambda _, c: sp.Add(*[w[j] * V[j, c] for j in range(len(s))]))
+    o = sp.Matrix(
+        1, V.cols, lambda _, c: sp.Add(*[w[j] * V[j, c] for j in range(len(s))])
+    )
     return m, sp.Add(*w), o
 
 
 def merge_online(a, b, m, *, rescale_old=True):
-    """Return the merge of two states ``a = (m_a, l_a, o_a)``, ``b`` at the new shift ``m``:
-    ``l = e^(m_a - m) l_a + e^(m_b - m) l_b``, and likewise ``o``. With
+    """Return the merge of two states ``a = (m_a, l_a, o_a)``, ``b`` at the new shift
+    ``m``: ``l = e^(m_a - m) l_a + e^(m_b - m) l_b``, and likewise ``o``. With
     ``rescale_old=False``, ``o_a`` is added unscaled (the planted mistake of Chapter 9).
 
     >>> m_a, m_b, m, l_a, l_b = sp.symbols("m_a m_b m l_a l_b", real=True)
@@ -537,17 +610,21 @@ def merge_online(a, b, m, *, rescale_old=True):
 
 
 def rowsum_product(M, N):
-    """Return the column ``r`` with ``r_i = sum_j M_ij N_ij``, written out entry by entry.
+    """Return the column ``r`` with ``r_i = sum_j M_ij N_ij``, written out entry by
+    entry.
 
     >>> rowsum_product(sp.Matrix([[1, 2], [3, 4]]), sp.Matrix([[1, 0], [0, 2]]))
     Matrix([
     [1],
     [8]])
     """
-    _require(M.shape == N.shape, f"rowsum_product needs equal shapes, got {M.shape} and "
-             f"{N.shape}")
-    return sp.Matrix(M.rows, 1, lambda i, _: sp.Add(*[M[i, j] * N[i, j]
-                                                      for j in range(M.cols)]))
+    _require(
+        M.shape == N.shape,
+        f"rowsum_product needs equal shapes, got {M.shape} and {N.shape}",
+    )
+    return sp.Matrix(
+        M.rows, 1, lambda i, _: sp.Add(*[M[i, j] * N[i, j] for j in range(M.cols)])
+    )
 
 
 __all__ += ["online_state", "merge_online", "rowsum_product"]

@@ -48,7 +48,8 @@ def build_vocab(text):
 
 
 def validate_vocab(vocab):
-    """Return ``vocab`` unchanged, or raise ``ValueError`` if it is not a string of distinct characters.
+    """Return ``vocab`` unchanged, or raise ``ValueError`` if it is not a string of
+    distinct characters.
 
     >>> validate_vocab("aba")
     Traceback (most recent call last):
@@ -56,26 +57,35 @@ def validate_vocab(vocab):
     ValueError: vocabulary characters must be distinct; repeated: 'a'
     """
     if not isinstance(vocab, str):
-        raise ValueError(f"vocabulary must be a str of distinct characters, got {type(vocab).__name__}")
+        raise ValueError(
+            "vocabulary must be a str of distinct characters, got "
+            f"{type(vocab).__name__}"
+        )
     if vocab == "":
         raise ValueError("vocabulary is empty")
     repeated = sorted({c for c in vocab if vocab.count(c) > 1})
     if repeated:
-        raise ValueError("vocabulary characters must be distinct; repeated: " + ", ".join(map(repr, repeated)))
+        raise ValueError(
+            "vocabulary characters must be distinct; repeated: "
+            + ", ".join(map(repr, repeated))
+        )
     return vocab
 
 
 def validate_ids(ids, n_vocab, name="ids"):
-    """Return ``ids`` as an int64 array, or raise ``ValueError`` naming the values at fault.
+    """Return ``ids`` as an int64 array, or raise ``ValueError`` naming the values at
+    fault.
 
-    Valid ids are integers ``0 <= id < n_vocab``; any shape is allowed (an empty array too).
+    Valid ids are integers ``0 <= id < n_vocab``; any shape is allowed (an empty array
+    too).
 
     >>> validate_ids([2, 0, 2], 3)
     array([2, 0, 2])
     >>> validate_ids([1, 5, -1], 3)
     Traceback (most recent call last):
     ...
-    ValueError: ids out of range for a vocabulary of 3 tokens (valid ids are 0..2): [-1, 5]
+    ValueError: ids out of range for a vocabulary of 3 tokens (valid ids are 0..2):
+    [-1, 5]
     """
     require_sizes(n_vocab=n_vocab)
     arr = np.asarray(ids)
@@ -85,7 +95,9 @@ def validate_ids(ids, n_vocab, name="ids"):
         raise ValueError(f"{name} must be integers, got dtype {arr.dtype}")
     bad = np.unique(arr[(arr < 0) | (arr >= n_vocab)])
     if bad.size:
-        shown = ", ".join(str(int(v)) for v in bad[:10]) + (", ..." if bad.size > 10 else "")
+        shown = ", ".join(str(int(v)) for v in bad[:10]) + (
+            ", ..." if bad.size > 10 else ""
+        )
         raise ValueError(
             f"{name} out of range for a vocabulary of {n_vocab} tokens "
             f"(valid ids are 0..{n_vocab - 1}): [{shown}]"
@@ -94,7 +106,8 @@ def validate_ids(ids, n_vocab, name="ids"):
 
 
 def encode(text, vocab):
-    """Return the token ids of ``text`` as a 1-D int64 array (empty text gives an empty array).
+    """Return the token ids of ``text`` as a 1-D int64 array (empty text gives an empty
+    array).
 
     A character outside the vocabulary is an error that names it and its first position;
     there is no silent "unknown" id.
@@ -112,7 +125,9 @@ def encode(text, vocab):
     index = {c: i for i, c in enumerate(vocab)}
     unknown = [c for c in dict.fromkeys(text) if c not in index]
     if unknown:
-        where = ", ".join(f"{c!r} (first at position {text.index(c)})" for c in unknown[:10])
+        where = ", ".join(
+            f"{c!r} (first at position {text.index(c)})" for c in unknown[:10]
+        )
         noun = "character" if len(unknown) == 1 else "characters"
         verb = "is" if len(unknown) == 1 else "are"
         raise ValueError(f"{noun} {where} {verb} not in the vocabulary {vocab!r}")
@@ -130,11 +145,13 @@ def decode(ids, vocab):
     validate_vocab(vocab)
     arr = validate_ids(ids, len(vocab))
     if arr.ndim != 1:
-        raise ValueError(f"ids must be 1-D to decode into one text, got shape {arr.shape}")
+        raise ValueError(
+            f"ids must be 1-D to decode into one text, got shape {arr.shape}"
+        )
     return "".join(vocab[i] for i in arr)
 
 
-# --- the corpus --------------------------------------------------------------------------
+# --- the corpus -----------------------------------------------------------------------
 # A small English corpus the course writes itself, with no download: sentences
 # ``determiner [adjective] noun verb determiner [adjective] noun.`` drawn from a tiny
 # probabilistic grammar and separated by single spaces.
@@ -171,7 +188,8 @@ def make_sentence(rng):
 
 
 def make_corpus(n_sentences=150, seed=0):
-    """Return ``n_sentences`` sentences from the grammar, joined by spaces, drawn with ``default_rng(seed)``.
+    """Return ``n_sentences`` sentences from the grammar, joined by spaces, drawn with
+    ``default_rng(seed)``.
 
     >>> make_corpus(2, seed=0)
     'a big cat hears a bird. the bird sees a tall cat.'
@@ -183,10 +201,10 @@ def make_corpus(n_sentences=150, seed=0):
     return " ".join(make_sentence(rng) for _ in range(n_sentences))
 
 
-# --- associative recall ------------------------------------------------------------------
+# --- associative recall ---------------------------------------------------------------
 # A sequence lists key->value pairs, then a question mark and one of its keys:
-# "a3 c7 f1 ? c" asks for the value of c, here 7. Each pair is one token (like a word), so
-# the answer is one attention hop away: find the pair whose key matches. Keys are
+# "a3 c7 f1 ? c" asks for the value of c, here 7. Each pair is one token (like a word),
+# so the answer is one attention hop away: find the pair whose key matches. Keys are
 # distinct within a sequence; values are drawn independently and uniformly. The answer
 # depends on content earlier in the sequence, not on the previous token: that is what a
 # bigram model cannot use.
@@ -198,7 +216,8 @@ QUESTION = "?"
 
 @dataclass(frozen=True)
 class RecallTask:
-    """The sizes of the recall task: ``n_pairs`` pairs of ``n_keys`` keys, ``n_values`` values.
+    """The sizes of the recall task: ``n_pairs`` pairs of ``n_keys`` keys, ``n_values``
+    values.
 
     The vocabulary (``tokens``) is every pair (``"a0"`` …), every key alone (asked),
     the question mark and every value alone (answered). A sequence has
@@ -220,18 +239,26 @@ class RecallTask:
     def __post_init__(self):
         require_sizes(n_keys=self.n_keys, n_values=self.n_values, n_pairs=self.n_pairs)
         if self.n_keys > len(KEYS) or self.n_values > len(VALUES):
-            raise ValueError(f"at most {len(KEYS)} keys and {len(VALUES)} values, got "
-                             f"n_keys={self.n_keys}, n_values={self.n_values}")
+            raise ValueError(
+                f"at most {len(KEYS)} keys and {len(VALUES)} values, got "
+                f"n_keys={self.n_keys}, n_values={self.n_values}"
+            )
         if self.n_pairs > self.n_keys:
-            raise ValueError(f"n_pairs={self.n_pairs} distinct keys need "
-                             f"n_keys >= {self.n_pairs}, got n_keys={self.n_keys}")
+            raise ValueError(
+                f"n_pairs={self.n_pairs} distinct keys need "
+                f"n_keys >= {self.n_pairs}, got n_keys={self.n_keys}"
+            )
 
     @property
     def tokens(self):
         """The name of each token id: the pairs, the keys, ``"?"``, the values."""
-        keys, values = KEYS[:self.n_keys], VALUES[:self.n_values]
-        return (tuple(k + v for k in keys for v in values) + tuple(keys) + (QUESTION,)
-                + tuple(values))
+        keys, values = KEYS[: self.n_keys], VALUES[: self.n_values]
+        return (
+            tuple(k + v for k in keys for v in values)
+            + tuple(keys)
+            + (QUESTION,)
+            + tuple(values)
+        )
 
     @property
     def n_vocab(self):
@@ -270,7 +297,8 @@ def recall_text(task, ids):
     """Return the sequences ``ids`` (1-D or 2-D) as text, tokens separated by spaces.
 
     >>> task = RecallTask(n_keys=3, n_values=2, n_pairs=2)
-    >>> recall_text(task, [task.pair(2, 1), task.pair(0, 0), task.question, task.key(2)])
+    >>> ids = [task.pair(2, 1), task.pair(0, 0), task.question, task.key(2)]
+    >>> recall_text(task, ids)
     'c1 a0 ? c'
     """
     _require_task(task)
@@ -299,7 +327,8 @@ def recall_batch(task, n, rng):
     _require_task(task)
     require_sizes(n=n)
     P = task.n_pairs
-    keys = np.argsort(rng.random((n, task.n_keys)), axis=1)[:, :P]  # distinct keys per row
+    # distinct keys per row
+    keys = np.argsort(rng.random((n, task.n_keys)), axis=1)[:, :P]
     values = rng.integers(0, task.n_values, size=(n, P))
     asked = rng.integers(0, P, size=n)
     rows = np.arange(n)
@@ -314,7 +343,8 @@ def recall_batch(task, n, rng):
 
 
 def recall_answers(task, ids):
-    """Return the answer (a value token id) of each sequence, read off the sequence itself.
+    """Return the answer (a value token id) of each sequence, read off the sequence
+    itself.
 
     >>> task = RecallTask(n_keys=4, n_values=3, n_pairs=2)
     >>> ids, targets, _ = recall_batch(task, 5, np.random.default_rng(1))
@@ -325,21 +355,23 @@ def recall_answers(task, ids):
     ids = validate_ids(ids, task.n_vocab)
     if ids.ndim != 2 or ids.shape[1] != task.T:
         raise ValueError(f"ids must have shape (n, {task.T}), got {ids.shape}")
-    pairs = ids[:, :task.n_pairs]
+    pairs = ids[:, : task.n_pairs]
     if (pairs >= task.n_keys * task.n_values).any():
         raise ValueError("the first n_pairs tokens of each sequence must be pairs")
-    match = pairs // task.n_values == (ids[:, -1:] - task.key(0))  # where the asked key is
+    # where the asked key is
+    match = pairs // task.n_values == (ids[:, -1:] - task.key(0))
     if not (match.sum(axis=1) == 1).all():
         raise ValueError("each sequence must list the asked key exactly once")
     return task.value(pairs[match] % task.n_values)
 
 
 def recall_bigram_ceiling(task):
-    """Return the best expected accuracy of any bigram model on the answer: ``1/n_values``.
+    """Return the best expected accuracy of any bigram model on the answer:
+    ``1/n_values``.
 
     A bigram model sees only the asked key. Values are drawn independently of keys, so
-    given the key every value is equally likely: whatever the model predicts, it is right
-    with probability ``1/n_values``.
+    given the key every value is equally likely: whatever the model predicts, it is
+    right with probability ``1/n_values``.
 
     >>> recall_bigram_ceiling(RecallTask(n_values=8))
     Fraction(1, 8)
@@ -349,7 +381,8 @@ def recall_bigram_ceiling(task):
 
 
 def recall_batches(task, size, seed):
-    """Return ``batch(step) -> (ids, targets, counted)`` with ``size`` fresh sequences per step.
+    """Return ``batch(step) -> (ids, targets, counted)`` with ``size`` fresh sequences
+    per step.
 
     Step ``s`` draws with ``default_rng([seed, s])``: the data of a step does not depend
     on which steps ran before.
@@ -363,7 +396,8 @@ def recall_batches(task, size, seed):
 
 
 def window_batches(ids, T, size, seed):
-    """Return ``batch(step) -> (ids, targets, None)``: ``size`` random windows of ``T`` tokens.
+    """Return ``batch(step) -> (ids, targets, None)``: ``size`` random windows of ``T``
+    tokens.
 
     Each window of ``ids`` (1-D) is paired with the same window shifted by one token;
     step ``s`` draws its start positions with ``default_rng([seed, s])``.
@@ -375,7 +409,9 @@ def window_batches(ids, T, size, seed):
     """
     ids = np.asarray(ids)
     if ids.ndim != 1 or ids.size < T + 1:
-        raise ValueError(f"ids must be 1-D with more than T={T} tokens, got shape {ids.shape}")
+        raise ValueError(
+            f"ids must be 1-D with more than T={T} tokens, got shape {ids.shape}"
+        )
     require_sizes(T=T, size=size)
 
     def batch(step):

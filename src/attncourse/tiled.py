@@ -1,12 +1,13 @@
-"""Tiled attention: the online softmax, and a forward and backward that never store T x T.
+"""Tiled attention: the online softmax, and a forward and backward that never store T x
+T.
 
 A row of attention reads its keys tile by tile. What it keeps of the tiles it has read
-is the **state** ``(m, l, o)`` of :class:`SoftmaxState`: the running maximum ``m`` of the
-visible scores, the running normaliser ``l = sum_j exp(s_j - m)`` and the unnormalised
-output ``o = sum_j exp(s_j - m) v_j``. Two states of the same row merge exactly
-(:func:`merge_states`: rescale both to the larger maximum and add), in any order, and the
-state of the whole row gives ``O = o / l`` and the log-sum-exp ``lse = m + log l``
-(:func:`finish_state`). Chapter 9 derives this with sympy.
+is the **state** ``(m, l, o)`` of :class:`SoftmaxState`: the running maximum ``m`` of
+the visible scores, the running normaliser ``l = sum_j exp(s_j - m)`` and the
+unnormalised output ``o = sum_j exp(s_j - m) v_j``. Two states of the same row merge
+exactly (:func:`merge_states`: rescale both to the larger maximum and add), in any
+order, and the state of the whole row gives ``O = o / l`` and the log-sum-exp
+``lse = m + log l`` (:func:`finish_state`). Chapter 9 derives this with sympy.
 
 :func:`tiled_attention_forward` walks the tiles of :func:`causal_tiles` (query blocks of
 ``block_q`` rows, key blocks of ``block_k`` columns; with ``causal=True`` the tiles
@@ -79,12 +80,14 @@ class SoftmaxState(NamedTuple):
 
 
 def _finite_or_zero(m):
-    """``m`` where it is finite, else 0: a shift that never computes ``-inf - (-inf)``."""
+    """``m`` where it is finite, else 0: a shift that never computes
+    ``-inf - (-inf)``."""
     return np.where(np.isfinite(m), m, 0.0).astype(m.dtype, copy=False)
 
 
 def empty_state(shape, r, dtype=np.float64):
-    """Return the state of rows that have read no key: ``m = -inf``, ``l = 0``, ``o = 0``.
+    """Return the state of rows that have read no key: ``m = -inf``, ``l = 0``,
+    ``o = 0``.
 
     ``shape`` is the shape of ``m`` (batch axes and the ``n`` rows), ``r`` the width of
     the values. It is neutral: merging it with any state gives that state.
@@ -100,10 +103,10 @@ def empty_state(shape, r, dtype=np.float64):
 def tile_state(S, V, visible=None):
     """Return the :class:`SoftmaxState` of rows that read one tile of keys.
 
-    ``S (..., n, k)`` are the scores of ``n`` queries against ``k`` keys, ``V (..., k, r)``
-    the values of those keys, ``visible`` (optional, boolean, broadcastable to ``S``)
-    marks the keys each query may read. A row that sees no key of the tile gets the
-    empty state.
+    ``S (..., n, k)`` are the scores of ``n`` queries against ``k`` keys,
+    ``V (..., k, r)`` the values of those keys, ``visible`` (optional, boolean,
+    broadcastable to ``S``) marks the keys each query may read. A row that sees no key
+    of the tile gets the empty state.
 
     >>> import numpy as np
     >>> state = tile_state(np.array([[0.0, np.log(3.0)]]), np.array([[4.0], [8.0]]))
@@ -113,13 +116,16 @@ def tile_state(S, V, visible=None):
     S = as_float_array("S", S)
     V = as_float_array("V", V)
     if S.ndim < 2 or V.ndim < 2 or S.shape[-1] != V.shape[-2]:
-        raise ValueError(f"S (..., n, k) and V (..., k, r) must share the k keys: S has "
-                         f"shape {S.shape}, V has shape {V.shape}")
+        raise ValueError(
+            f"S (..., n, k) and V (..., k, r) must share the k keys: S has "
+            f"shape {S.shape}, V has shape {V.shape}"
+        )
     return _tile_state(S.copy(), V, visible)
 
 
 def _hide(S, visible):
-    """``S`` with ``-inf`` where ``visible`` is False (in place when the shapes allow)."""
+    """``S`` with ``-inf`` where ``visible`` is False (in place when the shapes
+    allow)."""
     if visible is None:
         return S
     if np.broadcast_shapes(S.shape, visible.shape) != S.shape:
@@ -143,8 +149,10 @@ def _tile_state(S, V, visible):
 def _require_same_rows(a, b):
     for name, x, y in (("m", a.m, b.m), ("l", a.l, b.l), ("o", a.o, b.o)):
         if np.shape(x) != np.shape(y):
-            raise ValueError(f"the two states must describe the same rows: {name} has "
-                             f"shapes {np.shape(x)} and {np.shape(y)}")
+            raise ValueError(
+                f"the two states must describe the same rows: {name} has "
+                f"shapes {np.shape(x)} and {np.shape(y)}"
+            )
 
 
 def merge_states(a, b):
@@ -166,8 +174,9 @@ def merge_states(a, b):
     m = np.maximum(a.m, b.m)  # (..., n)
     shift = _finite_or_zero(m)
     alpha, beta = np.exp(a.m - shift), np.exp(b.m - shift)  # (..., n), 0 for -inf
-    return SoftmaxState(m, alpha * a.l + beta * b.l,
-                        alpha[..., None] * a.o + beta[..., None] * b.o)
+    return SoftmaxState(
+        m, alpha * a.l + beta * b.l, alpha[..., None] * a.o + beta[..., None] * b.o
+    )
 
 
 def finish_state(state):
@@ -177,8 +186,9 @@ def finish_state(state):
     nothing, without computing ``0 / 0``.
 
     >>> import numpy as np
-    >>> O, lse = finish_state(SoftmaxState(np.array([0.0, -np.inf]), np.array([2.0, 0.0]),
-    ...                                    np.array([[4.0], [0.0]])))
+    >>> state = SoftmaxState(np.array([0.0, -np.inf]), np.array([2.0, 0.0]),
+    ...                      np.array([[4.0], [0.0]]))
+    >>> O, lse = finish_state(state)
     >>> O.ravel(), lse
     (array([2., 0.]), array([0.69314718,       -inf]))
     """
@@ -189,7 +199,8 @@ def finish_state(state):
     return O, lse
 
 
-# --- the tiles --------------------------------------------------------------------------
+# --- the tiles ------------------------------------------------------------------------
+
 
 class Tile(NamedTuple):
     """Queries ``i0 .. i1-1`` against keys ``j0 .. j1-1``; ``masked``: the tile crosses
@@ -211,8 +222,11 @@ def require_blocks(block_q, block_k):
     ValueError: block_k must be a positive integer, got 0
     """
     for name, n in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) \
-                or n < 1:
+        if (
+            isinstance(n, (bool, np.bool_))
+            or not isinstance(n, (int, np.integer))
+            or n < 1
+        ):
             raise ValueError(f"{name} must be a positive integer, got {n!r}")
 
 
@@ -242,18 +256,21 @@ def _tile_visible(tile, kv):
     """The boolean mask of a tile (None when every key is visible)."""
     visible = None
     if tile.masked:
-        visible = (np.arange(tile.j0, tile.j1)[None, :]
-                   <= np.arange(tile.i0, tile.i1)[:, None])  # (bq, bk)
+        visible = (
+            np.arange(tile.j0, tile.j1)[None, :] <= np.arange(tile.i0, tile.i1)[:, None]
+        )  # (bq, bk)
     if kv is not None:
-        part = kv[..., tile.j0:tile.j1]  # (..., 1, bk)
+        part = kv[..., tile.j0 : tile.j1]  # (..., 1, bk)
         visible = part if visible is None else visible & part
     return visible
 
 
-# --- forward and backward ---------------------------------------------------------------
+# --- forward and backward -------------------------------------------------------------
+
 
 class TiledSaved(NamedTuple):
-    """What the backward pass needs: inputs, output, per-row log-sum-exp, the settings."""
+    """What the backward pass needs: inputs, output, per-row log-sum-exp, the
+    settings."""
 
     Q: np.ndarray
     K: np.ndarray
@@ -284,8 +301,18 @@ def _prepare(Q, K, V, key_valid, block_q, block_k):
     return Q, K, V, batch, kv
 
 
-def _forward(Q, K, V, kv, causal, block_q, block_k, merge=merge_states,
-             tiles=causal_tiles, workers=None):
+def _forward(
+    Q,
+    K,
+    V,
+    kv,
+    causal,
+    block_q,
+    block_k,
+    merge=merge_states,
+    tiles=causal_tiles,
+    workers=None,
+):
     """``O, lse`` by the online softmax over the tiles; ``merge`` and ``tiles`` are the
     two pieces a planted fault replaces."""
     batch = _batch_shape(Q=Q, K=K, V=V)
@@ -301,17 +328,28 @@ def _forward(Q, K, V, kv, causal, block_q, block_k, merge=merge_states,
         Qs = Q[..., i0:i1, :] * scale  # (..., bq, d): the T x d operand scaled
         state = empty_state(batch + (i1 - i0,), r, dtype)
         for tile in (t for t in visits if t.i0 == i0):
-            S = Qs @ np.swapaxes(K[..., tile.j0:tile.j1, :], -1, -2)  # (..., bq, bk)
-            state = merge(state, _tile_state(S, V[..., tile.j0:tile.j1, :],
-                                             _tile_visible(tile, kv)))
+            S = Qs @ np.swapaxes(K[..., tile.j0 : tile.j1, :], -1, -2)  # (..., bq, bk)
+            state = merge(
+                state,
+                _tile_state(S, V[..., tile.j0 : tile.j1, :], _tile_visible(tile, kv)),
+            )
         O[..., i0:i1, :], lse[..., i0:i1] = finish_state(state)
 
     run_parallel(row_block, range(0, T_q, block_q), _workers(workers, Q, K, V))
     return O, lse
 
 
-def tiled_attention_forward(Q, K, V, *, causal=False, key_valid=None,
-                            block_q=DEFAULT_BLOCK, block_k=DEFAULT_BLOCK, workers=None):
+def tiled_attention_forward(
+    Q,
+    K,
+    V,
+    *,
+    causal=False,
+    key_valid=None,
+    block_q=DEFAULT_BLOCK,
+    block_k=DEFAULT_BLOCK,
+    workers=None,
+):
     """Return ``O, saved``: attention by tiles, the ``T_q x T_k`` weights never stored.
 
     ``Q (..., T_q, d)``, ``K (..., T_k, d)``, ``V (..., T_k, r)``, batch axes broadcast;
@@ -332,14 +370,16 @@ def tiled_attention_backward(saved, dO, *, workers=None):
 
     Each tile's weights are recomputed from the saved per-row log-sum-exp,
     ``P = exp(S - lse)``; ``dS = P (dP - delta)`` with ``delta = rowsum(dO * O)``, the
-    ``O(T r)`` form of ``rowsum(dA * A)``. Batch axes that were broadcast are summed back.
+    ``O(T r)`` form of ``rowsum(dA * A)``. Batch axes that were broadcast are summed
+    back.
     """
     Q, K, V, O, lse, kv, causal, block_q, block_k = saved[:9]
     workers = saved.workers if workers is None else workers
     dO = as_float_array("dO", dO)
     if dO.shape != O.shape:
-        raise ValueError(f"dO must have the shape of the output, {O.shape}, got "
-                         f"{dO.shape}")
+        raise ValueError(
+            f"dO must have the shape of the output, {O.shape}, got {dO.shape}"
+        )
     batch = O.shape[:-2]
     dtype = O.dtype
     d = Q.shape[-1]
@@ -357,31 +397,39 @@ def tiled_attention_backward(saved, dO, *, workers=None):
     def key_group(item):
         dQ, blocks = item  # each group its own dQ, summed in a fixed order below
         for t in (t for t in visits if t.j0 in blocks):
-            Qs = Q[..., t.i0:t.i1, :] * scale  # (..., bq, d)
-            K_j, V_j = K[..., t.j0:t.j1, :], V[..., t.j0:t.j1, :]
-            dO_i = dO[..., t.i0:t.i1, :]
+            Qs = Q[..., t.i0 : t.i1, :] * scale  # (..., bq, d)
+            K_j, V_j = K[..., t.j0 : t.j1, :], V[..., t.j0 : t.j1, :]
+            dO_i = dO[..., t.i0 : t.i1, :]
             S = Qs @ np.swapaxes(K_j, -1, -2)  # (..., bq, d) x (..., d, bk)
             visible = _tile_visible(t, kv)
             S = _hide(S, visible)
-            S -= shift[..., t.i0:t.i1, None]
+            S -= shift[..., t.i0 : t.i1, None]
             P = np.exp(S, out=S)  # (..., bq, bk): the weights, recomputed
-            dV[..., t.j0:t.j1, :] += np.swapaxes(P, -1, -2) @ dO_i  # (bk, bq) x (bq, r)
+            dV[..., t.j0 : t.j1, :] += (
+                np.swapaxes(P, -1, -2) @ dO_i
+            )  # (bk, bq) x (bq, r)
             dS = dO_i @ np.swapaxes(V_j, -1, -2)  # (..., bq, r) x (..., r, bk): dP
-            dS -= delta[..., t.i0:t.i1, None]
+            dS -= delta[..., t.i0 : t.i1, None]
             dS *= P  # (..., bq, bk)
-            dQ[..., t.i0:t.i1, :] += dS @ K_j  # (..., bq, bk) x (..., bk, d)
-            dK[..., t.j0:t.j1, :] += np.swapaxes(dS, -1, -2) @ Qs  # (bk, bq) x (bq, d)
+            dQ[..., t.i0 : t.i1, :] += dS @ K_j  # (..., bq, bk) x (..., bk, d)
+            dK[..., t.j0 : t.j1, :] += (
+                np.swapaxes(dS, -1, -2) @ Qs
+            )  # (bk, bq) x (bq, d)
 
-    run_parallel(key_group, list(zip(dQ_parts, [set(g) for g in groups if g])),
-                 workers)
+    run_parallel(key_group, list(zip(dQ_parts, [set(g) for g in groups if g])), workers)
     dQ = dQ_parts[0] if dQ_parts else np.zeros(batch + Q.shape[-2:], dtype)
     for part in dQ_parts[1:]:
         dQ += part
     dQ *= scale
-    return _unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape), _unbroadcast(dV, V.shape)
+    return (
+        _unbroadcast(dQ, Q.shape),
+        _unbroadcast(dK, K.shape),
+        _unbroadcast(dV, V.shape),
+    )
 
 
 # --- the causal_attention signature ---------------------------------------------------
+
 
 class TiledWeights:
     """The weights of a tiled pass, formed only when converted to an array.
@@ -415,28 +463,45 @@ class TiledWeights:
         T_q, block = self.shape[-2], self.saved.block_q
         out = np.empty(self.shape, self.dtype)
         for i0 in range(0, T_q, block):
-            out[..., i0:i0 + block, :] = self.rows(i0, min(i0 + block, T_q))
+            out[..., i0 : i0 + block, :] = self.rows(i0, min(i0 + block, T_q))
         return out if dtype is None else out.astype(dtype)
 
 
 def _no_offset(query_offset):
     if query_offset != 0:
-        raise NotImplementedError("query_offset != 0 needs the key/value cache of "
-                                  "Chapter 10")
+        raise NotImplementedError(
+            "query_offset != 0 needs the key/value cache of Chapter 10"
+        )
 
 
-def tiled_causal_attention(query, key, value, query_offset=0, dropout=None, *,
-                           key_valid=None, block_q=DEFAULT_BLOCK, block_k=DEFAULT_BLOCK):
+def tiled_causal_attention(
+    query,
+    key,
+    value,
+    query_offset=0,
+    dropout=None,
+    *,
+    key_valid=None,
+    block_q=DEFAULT_BLOCK,
+    block_k=DEFAULT_BLOCK,
+):
     """Causal attention by tiles, with the ``causal_attention`` signature.
 
     Returns ``(output, probabilities)``; the probabilities are a :class:`TiledWeights`
     (formed on conversion). ``dropout`` (a callable on the probabilities) needs them
-    whole: with it, they are formed and the output is ``dropout(probabilities) @ value``.
+    whole: with it, they are formed and the output is
+    ``dropout(probabilities) @ value``.
     """
     _no_offset(query_offset)
-    O, saved = tiled_attention_forward(query, key, value, causal=True,
-                                       key_valid=key_valid, block_q=block_q,
-                                       block_k=block_k)
+    O, saved = tiled_attention_forward(
+        query,
+        key,
+        value,
+        causal=True,
+        key_valid=key_valid,
+        block_q=block_q,
+        block_k=block_k,
+    )
     weights = TiledWeights(saved)
     if dropout is None:
         return O, weights
@@ -444,15 +509,29 @@ def tiled_causal_attention(query, key, value, query_offset=0, dropout=None, *,
     return dropout(A) @ saved.V, A  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
 
 
-def tiled_causal_attention_backward(query, key, value, dO, query_offset=0, *,
-                                    key_valid=None, block_q=DEFAULT_BLOCK,
-                                    block_k=DEFAULT_BLOCK):
+def tiled_causal_attention_backward(
+    query,
+    key,
+    value,
+    dO,
+    query_offset=0,
+    *,
+    key_valid=None,
+    block_q=DEFAULT_BLOCK,
+    block_k=DEFAULT_BLOCK,
+):
     """``dquery, dkey, dvalue`` of :func:`tiled_causal_attention` (no dropout): the
     forward pass recomputed by tiles, then :func:`tiled_attention_backward`."""
     _no_offset(query_offset)
-    _, saved = tiled_attention_forward(query, key, value, causal=True,
-                                       key_valid=key_valid, block_q=block_q,
-                                       block_k=block_k)
+    _, saved = tiled_attention_forward(
+        query,
+        key,
+        value,
+        causal=True,
+        key_valid=key_valid,
+        block_q=block_q,
+        block_k=block_k,
+    )
     return tiled_attention_backward(saved, dO)
 
 
@@ -466,14 +545,28 @@ def tiled_implementation(block_q, block_k=None):
     require_blocks(block_q, block_k)
 
     def attend(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
-        return tiled_causal_attention(query, key, value, query_offset, dropout,
-                                      key_valid=key_valid, block_q=block_q,
-                                      block_k=block_k)
+        return tiled_causal_attention(
+            query,
+            key,
+            value,
+            query_offset,
+            dropout,
+            key_valid=key_valid,
+            block_q=block_q,
+            block_k=block_k,
+        )
 
     def backward(query, key, value, dO, query_offset=0, *, key_valid=None):
-        return tiled_causal_attention_backward(query, key, value, dO, query_offset,
-                                               key_valid=key_valid, block_q=block_q,
-                                               block_k=block_k)
+        return tiled_causal_attention_backward(
+            query,
+            key,
+            value,
+            dO,
+            query_offset,
+            key_valid=key_valid,
+            block_q=block_q,
+            block_k=block_k,
+        )
 
     attend.__name__ = f"tiled_causal_attention_{block_q}x{block_k}"
     backward.__name__ = f"tiled_causal_attention_backward_{block_q}x{block_k}"

@@ -8,10 +8,10 @@ One step of :func:`train` is::
     params, state = adamw_step(params, grads, state, lr=lr_at(step, ...), ...)
 
 Nothing is random inside the loop: ``batch(step)`` decides the data, so the same
-``batch`` and the same starting ``params`` give the same loss curve, bit for bit. The loop
-runs the matrix products on one BLAS thread: the model's matrices are small, so more
-threads cost more than they save, and with one thread the result does not depend on how
-many cores the machine has (the last bits of a product do, when it is split). The
+``batch`` and the same starting ``params`` give the same loss curve, bit for bit. The
+loop runs the matrix products on one BLAS thread: the model's matrices are small, so
+more threads cost more than they save, and with one thread the result does not depend on
+how many cores the machine has (the last bits of a product do, when it is split). The
 loss must stay finite: NaN or inf stops training with :class:`TrainingDiverged`, which
 names the step. Progress is a few printed lines, not one per step.
 
@@ -45,7 +45,8 @@ class TrainingDiverged(ValueError):
 def as_dtype(params, dtype):
     """Return a copy of the nested ``params`` with every array cast to ``dtype``.
 
-    >>> as_dtype({"W": np.ones(2), "blocks": [{"b": np.zeros(1)}]}, np.float32)["W"].dtype
+    >>> params = {"W": np.ones(2), "blocks": [{"b": np.zeros(1)}]}
+    >>> as_dtype(params, np.float32)["W"].dtype
     dtype('float32')
     """
     if isinstance(params, dict):
@@ -64,13 +65,30 @@ def _finite_logits(params, ids, config):
 def _split(batch, step):
     data = batch(step)
     if not (isinstance(data, tuple) and len(data) == 3):
-        raise ValueError(f"batch(step) must return (ids, targets, counted), got {data!r:.80}")
+        raise ValueError(
+            f"batch(step) must return (ids, targets, counted), got {data!r:.80}"
+        )
     return data
 
 
-def train(params, batch, *, config, steps, lr, warmup=0, min_lr=0.0,
-          betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, clip=None,
-          evaluate=None, every=None, lines=5, checkpoint=None):
+def train(
+    params,
+    batch,
+    *,
+    config,
+    steps,
+    lr,
+    warmup=0,
+    min_lr=0.0,
+    betas=(0.9, 0.999),
+    eps=1e-8,
+    weight_decay=0.0,
+    clip=None,
+    evaluate=None,
+    every=None,
+    lines=5,
+    checkpoint=None,
+):
     """Train ``params`` for ``steps`` AdamW steps; return ``params, history``.
 
     ``batch(step)`` returns ``(ids, targets, counted)`` for ``step = 1 .. steps``
@@ -107,23 +125,59 @@ was 2.5e+199): lower it, or clip the gradients
     if (evaluate is not None or checkpoint is not None) and every is None:
         every = steps
     with threadpool_limits(limits=1, user_api="blas"):
-        return _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps,
-                      weight_decay, clip, evaluate, every, lines, checkpoint)
+        return _train(
+            params,
+            batch,
+            config,
+            steps,
+            lr,
+            warmup,
+            min_lr,
+            betas,
+            eps,
+            weight_decay,
+            clip,
+            evaluate,
+            every,
+            lines,
+            checkpoint,
+        )
 
 
-def _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps, weight_decay,
-           clip, evaluate, every, lines, checkpoint):
+def _train(
+    params,
+    batch,
+    config,
+    steps,
+    lr,
+    warmup,
+    min_lr,
+    betas,
+    eps,
+    weight_decay,
+    clip,
+    evaluate,
+    every,
+    lines,
+    checkpoint,
+):
     state = adamw_init(params)
-    history = {"step": np.arange(1, steps + 1), "loss": np.empty(steps),
-               "lr": np.empty(steps), "grad_norm": np.empty(steps), "eval": []}
+    history = {
+        "step": np.arange(1, steps + 1),
+        "loss": np.empty(steps),
+        "lr": np.empty(steps),
+        "grad_norm": np.empty(steps),
+        "eval": [],
+    }
     shown = set(np.linspace(1, steps, lines).round().astype(int)) if lines else set()
     start, start_cpu = time.perf_counter(), time.process_time()
     for step in range(1, steps + 1):
         ids, targets, counted = _split(batch, step)
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # caught just below
-                loss, grads = model_loss(params, ids, targets, config=config,
-                                         counted=counted)
+                loss, grads = model_loss(
+                    params, ids, targets, config=config, counted=counted
+                )
         except ValueError:
             if _finite_logits(params, ids, config):
                 raise  # bad input, not divergence
@@ -132,14 +186,22 @@ def _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps, weight_
         if not math.isfinite(loss):
             raise TrainingDiverged(
                 f"the loss is {loss} at step {step} (the learning rate was {rate:g}): "
-                "lower it, or clip the gradients")
+                "lower it, or clip the gradients"
+            )
         if clip is None:
             norm = global_norm(grads)
         else:
             grads, norm = clip_by_global_norm(grads, clip)
         with np.errstate(over="ignore", invalid="ignore"):  # divergence is caught above
-            params, state = adamw_step(params, grads, state, lr=rate, betas=betas,
-                                       eps=eps, weight_decay=weight_decay)
+            params, state = adamw_step(
+                params,
+                grads,
+                state,
+                lr=rate,
+                betas=betas,
+                eps=eps,
+                weight_decay=weight_decay,
+            )
         history["loss"][step - 1] = loss
         history["lr"][step - 1] = rate
         history["grad_norm"][step - 1] = norm
@@ -152,8 +214,10 @@ def _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps, weight_
                 save_model(checkpoint, params, config)
         if step in shown:
             extra = "".join(f"  {name} {value:.3f}" for name, value in metrics.items())
-            print(f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}{extra}"
-                  f"  ({time.perf_counter() - start:.1f} s)")
+            print(
+                f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}{extra}"
+                f"  ({time.perf_counter() - start:.1f} s)"
+            )
     history["seconds"] = time.perf_counter() - start
     history["cpu_seconds"] = time.process_time() - start_cpu
     return params, history

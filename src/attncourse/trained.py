@@ -2,12 +2,13 @@
 
 Chapter 7 trains two models from a seed; Chapters 8 and 10 use them again. Each later
 chapter retrains them from the same recipe rather than loading a stored file: training
-is deterministic on a given machine, so the chapter gets the same model Chapter 7 showed,
-and no stored checkpoint can go stale or depend on the machine's arithmetic (the last
-bits of a float32 matrix product depend on the BLAS library and its thread count).
+is deterministic on a given machine, so the chapter gets the same model Chapter 7
+showed, and no stored checkpoint can go stale or depend on the machine's arithmetic (the
+last bits of a float32 matrix product depend on the BLAS library and its thread count).
 
 - ``"recall"``: the associative-recall model (:class:`attncourse.text.RecallTask`);
-- ``"chars"``: a character model of the course corpus (:func:`attncourse.text.make_corpus`).
+- ``"chars"``: a character model of the course corpus
+  (:func:`attncourse.text.make_corpus`).
 
 Training runs in float32 (faster, and enough for training); checks run in float64.
 
@@ -65,7 +66,8 @@ def recall_task():
 
 
 def corpus_split():
-    """Return ``vocab, train_ids, held_out_ids`` of the course corpus (the last tenth held out).
+    """Return ``vocab, train_ids, held_out_ids`` of the course corpus (the last tenth
+    held out).
 
     >>> vocab, train_ids, held_out = corpus_split()
     >>> len(train_ids) > 8 * len(held_out) > 0
@@ -127,7 +129,8 @@ def recall_accuracy(params, config, ids, answers):
 
 
 def mean_loss(params, config, ids, T=None, stride=None):
-    """The mean next-token cross-entropy of the model on the 1-D ``ids``, window by window."""
+    """The mean next-token cross-entropy of the model on the 1-D ``ids``, window by
+    window."""
     from .loss import cross_entropy
     T = config.T_max if T is None else T
     n = (len(ids) - 1) // T
@@ -138,6 +141,7 @@ def mean_loss(params, config, ids, T=None, stride=None):
 
 
 def held_out_recall(n=2000, seed=12345):
-    """``ids, answers`` of ``n`` recall sequences never seen in training (another seed)."""
+    """``ids, answers`` of ``n`` recall sequences never seen in training (another
+    seed)."""
     ids, targets, _ = recall_batch(RECALL_TASK, n, np.random.default_rng([seed]))
     return ids, targets[:, -1]

@@ -3,12 +3,13 @@
 Five mistakes a careful reader could make when writing a cache: the new token's position
 row not offset (it gets row 0), the keys appended but the values not kept, the query
 offset one short, the causal mask ignoring the offset, one cache shared by the sequences
-of a batch. Each is a ``(prefill, decode_step)`` pair with one member planted. The checks
-are the equality of :func:`attncourse.verify.kvcache.assert_decoding_equals_recompute`
-on the trained models of Chapter 7 (retrained from their recipes, float64): one decode
-step after prompts of several lengths, decoding to the end of the window, and a padded
-batch. :data:`FAULTS` says which of :data:`CHECKS` catch each one and which are blind to
-it; :data:`CORRECT` holds the package pair every check must pass.
+of a batch. Each is a ``(prefill, decode_step)`` pair with one member planted. The
+checks are the equality of
+:func:`attncourse.verify.kvcache.assert_decoding_equals_recompute` on the trained models
+of Chapter 7 (retrained from their recipes, float64): one decode step after prompts of
+several lengths, decoding to the end of the window, and a padded batch. :data:`FAULTS`
+says which of :data:`CHECKS` catch each one and which are blind to it; :data:`CORRECT`
+holds the package pair every check must pass.
 
 Each check runs ``check.run(pair, models=None)``; ``models`` maps a recipe name to
 ``(params, config)`` (float64), by default the models trained from the recipes (once per
@@ -63,7 +64,7 @@ def decode_step_values_not_kept(params, cache, ids, *, config):
     """FAULT: the new key is appended to the cache, the new value is not.
 
     The step itself attends correctly (it uses its local copies); the next step finds
-    ``t + 1`` keys but ``t`` values, and causal attention rejects the mismatch.
+    ``t + 1`` keys but ``t`` values, and ``decode_step`` refuses the cache.
     """
     return _decode(params, cache, ids, config, store=_keys_only)
 

@@ -98,7 +98,8 @@ SIZES = dict(n_vocab=6, T_max=5, D=4, heads=2, layers=1, ratio=2)
 
 
 def _case(tied):
-    """A small model at :func:`attncourse.model.spread_params`, and padded ids (sequence 0: 2 pads).
+    """A small model at :func:`attncourse.model.spread_params`, and padded ids (sequence
+    0: 2 pads).
 
     Every row a LayerNorm sees there has a spread above 0.5: a near-constant row makes
     LayerNorm so curved that the step ``1e-5`` errs above the tolerance even for a

@@ -96,8 +96,7 @@ def block_forward(params, X, *, heads, key_valid=None, eps=1e-5, approximate=Fal
     if att.shape != X.shape:
         raise ValueError(
             f"the attention output must have the shape of X, {X.shape}, "
-            f"got {att.shape}: "
-            f"W_O must map back to D = {X.shape[-1]}"
+            f"got {att.shape}: W_O must map back to D = {X.shape[-1]}"
         )
     H = X + att  # the first residual
     N2, ln2 = layernorm_forward(params["ln2"], H, eps=eps)  # (..., T, D)

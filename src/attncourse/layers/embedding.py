@@ -1,9 +1,11 @@
-"""Token embeddings: one-hot vectors, the lookup ``X = onehot(x) E`` as a row gather, and its backward.
+"""Token embeddings: one-hot vectors, the lookup ``X = onehot(x) E`` as a row gather,
+and its backward.
 
 ``E (n_vocab, D)`` holds one row per token. Looking up the ids ``x`` (any shape) gives
-``X = E[x]``; the backward pass is the scatter-add ``dE = onehot(x)^T dX``, so a token that
-occurs several times receives the **sum** of the gradients of its occurrences. Token ids
-are integers, so the layer passes no gradient to its input (``dx`` is ``None``).
+``X = E[x]``; the backward pass is the scatter-add ``dE = onehot(x)^T dX``, so a token
+that occurs several times receives the **sum** of the gradients of its occurrences.
+Token ids are integers, so the layer passes no gradient to its input (``dx`` is
+``None``).
 
 >>> import numpy as np
 >>> params = {"E": np.arange(6.0).reshape(3, 2)}
@@ -56,7 +58,8 @@ def _table(params):
 
 
 def embedding_forward(params, ids):
-    """Return ``X, saved`` with ``X = E[ids]``, the rows of ``E`` selected by ``ids``: shape ``ids.shape + (D,)``.
+    """Return ``X, saved`` with ``X = E[ids]``, the rows of ``E`` selected by ``ids``:
+    shape ``ids.shape + (D,)``.
 
     This equals ``one_hot(ids, n_vocab) @ E`` without building the one-hot matrix.
 
@@ -69,10 +72,11 @@ def embedding_forward(params, ids):
 
 
 def embedding_backward(params, saved, dX):
-    """Return ``dparams, None`` with ``dparams["E"] = onehot(ids)^T dX``: a scatter-add of the rows of ``dX``.
+    """Return ``dparams, None`` with ``dparams["E"] = onehot(ids)^T dX``: a scatter-add
+    of the rows of ``dX``.
 
-    ``dX`` has shape ``ids.shape + (D,)``. ``np.add.at`` accumulates repeated ids; a plain
-    fancy assignment ``dE[ids] = dX`` would keep only the last occurrence.
+    ``dX`` has shape ``ids.shape + (D,)``. ``np.add.at`` accumulates repeated ids; a
+    plain fancy assignment ``dE[ids] = dX`` would keep only the last occurrence.
 
     >>> params = {"E": np.zeros((4, 3))}
     >>> _, saved = embedding_forward(params, [0, 1, 2])
@@ -86,7 +90,10 @@ def embedding_backward(params, saved, dX):
     dX = as_float_array("dX", dX)
     if dX.shape != ids.shape + (E.shape[1],):
         want = ", ".join(map(str, ids.shape + (E.shape[1],)))
-        raise ValueError(f"dX must have shape ids.shape + (D,) = ({want}), got dX of shape {dX.shape}")
+        raise ValueError(
+            f"dX must have shape ids.shape + (D,) = ({want}), got dX of shape "
+            f"{dX.shape}"
+        )
     dE = np.zeros(E.shape, dtype=np.result_type(E, dX))
     np.add.at(dE, ids.reshape(-1), dX.reshape(-1, E.shape[1]))  # row ids[i] += dX[i]
     return {"E": dE}, None

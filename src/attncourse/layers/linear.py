@@ -1,4 +1,5 @@
-"""The linear layer ``Y = X W (+ b)``, as a forward/backward pair; the unembedding is one.
+"""The linear layer ``Y = X W (+ b)``, as a forward/backward pair; the unembedding is
+one.
 
 ``W (D_in, D_out)`` and the optional bias ``b (D_out,)`` act on the last axis of
 ``X (..., D_in)``. The backward pass gives ``dX = dY W^T``, ``dW = X^T dY`` and
@@ -23,9 +24,11 @@ __all__ = ["init_linear", "linear_forward", "linear_backward", "matmul_backward"
 
 
 def init_linear(rng, D_in, D_out, *, bias=False, scale=1.0):
-    """Return ``{"W": (D_in, D_out)}`` (and ``"b"``, zeros) with entries of spread ``scale / sqrt(D_in)``.
+    """Return ``{"W": (D_in, D_out)}`` (and ``"b"``, zeros) with entries of spread
+    ``scale / sqrt(D_in)``.
 
-    >>> {k: v.shape for k, v in init_linear(np.random.default_rng(0), 3, 5, bias=True).items()}
+    >>> params = init_linear(np.random.default_rng(0), 3, 5, bias=True)
+    >>> {k: v.shape for k, v in params.items()}
     {'W': (3, 5), 'b': (5,)}
     """
     require_sizes(D_in=D_in, D_out=D_out)
@@ -41,13 +44,17 @@ def _check(params, X):
     X = as_float_array("X", X, min_ndim=1)
     if W.shape[0] != X.shape[-1]:
         raise ValueError(
-            f"W must have one row per feature of X: X has shape {X.shape} (D={X.shape[-1]}), W has shape {W.shape}"
+            f"W must have one row per feature of X: X has shape {X.shape} "
+            f"(D={X.shape[-1]}), W has shape {W.shape}"
         )
     b = None
     if "b" in params:
         b = as_float_array("b", params["b"], ndim=1)
         if b.shape != (W.shape[1],):
-            raise ValueError(f"b must have one entry per output column: W has shape {W.shape}, b has shape {b.shape}")
+            raise ValueError(
+                f"b must have one entry per output column: W has shape {W.shape}, b "
+                f"has shape {b.shape}"
+            )
     return W, b, X
 
 
@@ -59,7 +66,8 @@ def linear_forward(params, X):
     >>> linear_forward({"W": np.ones((5, 7))}, np.ones((4, 3)))
     Traceback (most recent call last):
     ...
-    ValueError: W must have one row per feature of X: X has shape (4, 3) (D=3), W has shape (5, 7)
+    ValueError: W must have one row per feature of X: X has shape (4, 3) (D=3),
+    W has shape (5, 7)
     """
     W, b, X = _check(params, X)
     Y = X @ W  # (..., D_in) x (D_in, D_out) -> (..., D_out)
@@ -69,14 +77,17 @@ def linear_forward(params, X):
 
 
 def matmul_backward(X, W, dY):
-    """For ``Y = X W`` return ``(dX, dW) = (dY W^T, X^T dY)``, ``dW`` summed over every leading axis."""
+    """For ``Y = X W`` return ``(dX, dW) = (dY W^T, X^T dY)``, ``dW`` summed over every
+    leading axis."""
     dX = dY @ W.T  # (..., D_out) x (D_out, D_in) -> (..., D_in)
-    dW = X.reshape(-1, W.shape[0]).T @ dY.reshape(-1, W.shape[1])  # (D_in, N) x (N, D_out) -> (D_in, D_out)
+    # (D_in, N) x (N, D_out) -> (D_in, D_out)
+    dW = X.reshape(-1, W.shape[0]).T @ dY.reshape(-1, W.shape[1])
     return dX, dW
 
 
 def linear_backward(params, saved, dY):
-    """Return ``dparams, dX``: ``{"W": X^T dY}`` (and ``"b": sum dY``) and ``dX = dY W^T``.
+    """Return ``dparams, dX``: ``{"W": X^T dY}`` (and ``"b": sum dY``) and
+    ``dX = dY W^T``.
 
     >>> params = {"W": np.ones((3, 5))}
     >>> _, saved = linear_forward(params, np.ones((4, 3)))
@@ -93,5 +104,6 @@ def linear_backward(params, saved, dY):
     dX, dW = matmul_backward(X, W, dY)
     dparams = {"W": dW}
     if b is not None:
-        dparams["b"] = dY.reshape(-1, W.shape[1]).sum(axis=0)  # the bias is added at every position
+        # the bias is added at every position
+        dparams["b"] = dY.reshape(-1, W.shape[1]).sum(axis=0)
     return dparams, dX

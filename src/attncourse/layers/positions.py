@@ -1,9 +1,11 @@
-"""Learned absolute positions: ``X = embeddings + P[:T]``, as a forward/backward layer pair.
+"""Learned absolute positions: ``X = embeddings + P[:T]``, as a forward/backward layer
+pair.
 
-``P (T_max, D)`` holds one learned row per position. Row ``t`` is added to the embedding of
-whichever token sits at position ``t``, in every sequence of the batch, so its gradient is the
-**sum** over the batch of the upstream gradient at position ``t``. Rows ``t >= T`` took no part
-and get gradient exactly 0. A sequence longer than ``T_max`` has no row to use: it is an error.
+``P (T_max, D)`` holds one learned row per position. Row ``t`` is added to the embedding
+of whichever token sits at position ``t``, in every sequence of the batch, so its
+gradient is the **sum** over the batch of the upstream gradient at position ``t``. Rows
+``t >= T`` took no part and get gradient exactly 0. A sequence longer than ``T_max`` has
+no row to use: it is an error.
 """
 
 import numpy as np
@@ -25,19 +27,28 @@ def init_positions(rng, T_max, D, *, scale=1.0):
 
 
 def _check(params, X):
-    """Return ``P, X`` as float arrays, or raise ``ValueError`` naming the shapes at fault."""
+    """Return ``P, X`` as float arrays, or raise ``ValueError`` naming the shapes at
+    fault."""
     require_params("positions", params, ("P",))
     P = as_float_array("P", params["P"])
     X = as_float_array("X", X)
     if P.ndim != 2:
         raise ValueError(f"P must be 2-D (T_max, D), got shape {P.shape}")
     if X.ndim < 2:
-        raise ValueError(f"X must be at least 2-D (positions, features), got shape {X.shape}")
+        raise ValueError(
+            f"X must be at least 2-D (positions, features), got shape {X.shape}"
+        )
     T, D = X.shape[-2:]
     if D != P.shape[1]:
-        raise ValueError(f"X and P must share the width D: X has shape {X.shape}, P has shape {P.shape}")
+        raise ValueError(
+            f"X and P must share the width D: X has shape {X.shape}, P has shape "
+            f"{P.shape}"
+        )
     if T > P.shape[0]:
-        raise ValueError(f"sequence length T={T} exceeds T_max={P.shape[0]}: P has shape {P.shape}, X has shape {X.shape}")
+        raise ValueError(
+            f"sequence length T={T} exceeds T_max={P.shape[0]}: P has shape {P.shape}, "
+            f"X has shape {X.shape}"
+        )
     return P, X
 
 
@@ -46,14 +57,16 @@ def positions_forward(params, X):
 
     >>> import numpy as np
     >>> params = {"P": np.array([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])}
-    >>> Y, saved = positions_forward(params, np.zeros((2, 2, 2)))  # a batch of two, T = 2 < T_max = 3
+    >>> # a batch of two, T = 2 < T_max = 3
+    >>> Y, saved = positions_forward(params, np.zeros((2, 2, 2)))
     >>> Y[1]
     array([[1., 0.],
            [0., 1.]])
     >>> positions_forward(params, np.zeros((4, 2)))
     Traceback (most recent call last):
     ...
-    ValueError: sequence length T=4 exceeds T_max=3: P has shape (3, 2), X has shape (4, 2)
+    ValueError: sequence length T=4 exceeds T_max=3: P has shape (3, 2),
+    X has shape (4, 2)
     """
     P, X = _check(params, X)
     T = X.shape[-2]
@@ -62,13 +75,15 @@ def positions_forward(params, X):
 
 
 def positions_backward(params, saved, dY):
-    """Return ``dparams, dX``: ``dP[:T]`` is ``dY`` summed over the batch, ``dP[T:] = 0``, ``dX = dY``.
+    """Return ``dparams, dX``: ``dP[:T]`` is ``dY`` summed over the batch,
+    ``dP[T:] = 0``, ``dX = dY``.
 
     >>> import numpy as np
     >>> params = {"P": np.zeros((3, 2))}
     >>> _, saved = positions_forward(params, np.zeros((2, 2, 2)))
     >>> dparams, dX = positions_backward(params, saved, np.ones((2, 2, 2)))
-    >>> dparams["P"]  # two sequences each contribute 1 to rows 0 and 1; row 2 was not used
+    >>> # two sequences each contribute 1 to rows 0 and 1; row 2 was not used
+    >>> dparams["P"]
     array([[2., 2.],
            [2., 2.],
            [0., 0.]])
@@ -77,8 +92,12 @@ def positions_backward(params, saved, dY):
     P = as_float_array("P", params["P"])
     dY = as_float_array("dY", dY)
     if dY.shape != tuple(saved["shape"]):
-        raise ValueError(f"dY must have the shape of the output, {tuple(saved['shape'])}, got {dY.shape}")
+        raise ValueError(
+            f"dY must have the shape of the output, {tuple(saved['shape'])}, got "
+            f"{dY.shape}"
+        )
     T = saved["T"]
     dP = np.zeros_like(P)
-    dP[:T] = dY.reshape(-1, T, P.shape[1]).sum(axis=0)  # sum over every leading (batch) dimension
+    # sum over every leading (batch) dimension
+    dP[:T] = dY.reshape(-1, T, P.shape[1]).sum(axis=0)
     return {"P": dP}, dY.copy()

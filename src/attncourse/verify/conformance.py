@@ -77,10 +77,11 @@ VALUE_TOLERANCE = 1e-12  # rtol and atol against the definition (float64 roundin
 class Implementation(NamedTuple):
     """An attention implementation under test: a name, its forward and its backward.
 
-    ``offsets`` declares whether it implements a non-zero ``query_offset`` (the key/value
-    cache of Chapter 10). If True, the "query offset" property holds it to the offset's
-    meaning; if False (the default: a kernel for whole sequences, such as Chapter 9's),
-    it must refuse a non-zero offset with ``NotImplementedError``, never ignore it.
+    ``offsets`` declares whether it implements a non-zero ``query_offset`` (the
+    key/value cache of Chapter 10). If True, the "query offset" property holds it to the
+    offset's meaning; if False (the default: a kernel for whole sequences, such as
+    Chapter 9's), it must refuse a non-zero offset with ``NotImplementedError``, never
+    ignore it.
     """
 
     name: str
@@ -604,37 +605,75 @@ def _offset_cases(seed):
     offset + T_q, :]`` at that offset; unequal sizes, batches, padding."""
     rng = np.random.default_rng(seed)
     return [
-        ("one query after a prefix (a decode step)", *_qkv(rng, (), (), (), 5, 5, 3, 2),
-         None, 4, 1),
-        ("two queries at offset 2 of 5 keys", *_qkv(rng, (2,), (2,), (2,), 5, 5, 4, 3),
-         None, 2, 2),
-        ("offset 1, later keys read by no query", *_qkv(rng, (), (), (), 6, 6, 2, 3),
-         None, 1, 3),
-        ("batched, left-padded, one query", *_qkv(rng, (3,), (3,), (3,), 4, 4, 3, 2),
-         key_valid_from_lengths([1, 4, 2], 4, side="left"), 3, 1),
-        ("broadcast batch axes", *_qkv(rng, (2, 1), (3,), (1, 3), 5, 5, 3, 2), None, 3, 2),
+        (
+            "one query after a prefix (a decode step)",
+            *_qkv(rng, (), (), (), 5, 5, 3, 2),
+            None,
+            4,
+            1,
+        ),
+        (
+            "two queries at offset 2 of 5 keys",
+            *_qkv(rng, (2,), (2,), (2,), 5, 5, 4, 3),
+            None,
+            2,
+            2,
+        ),
+        (
+            "offset 1, later keys read by no query",
+            *_qkv(rng, (), (), (), 6, 6, 2, 3),
+            None,
+            1,
+            3,
+        ),
+        (
+            "batched, left-padded, one query",
+            *_qkv(rng, (3,), (3,), (3,), 4, 4, 3, 2),
+            key_valid_from_lengths([1, 4, 2], 4, side="left"),
+            3,
+            1,
+        ),
+        (
+            "broadcast batch axes",
+            *_qkv(rng, (2, 1), (3,), (1, 3), 5, 5, 3, 2),
+            None,
+            3,
+            2,
+        ),
     ]
 
 
 def _refuses_offsets(impl):
-    """The contract of an implementation that declares no offsets: NotImplementedError."""
+    """The contract of an implementation that declares no offsets:
+    NotImplementedError."""
     Q, K, V = np.ones((2, 3)), np.ones((3, 3)), np.ones((3, 4))
-    fix = ("raise NotImplementedError when query_offset != 0, or implement it and "
-           "declare offsets=True")
-    calls = [("attend", lambda: impl.attend(Q, K, V, query_offset=1)),
-             ("backward",
-              lambda: impl.backward(Q, K, V, np.ones((2, 4)), query_offset=1))]
+    fix = (
+        "raise NotImplementedError when query_offset != 0, or implement it and "
+        "declare offsets=True"
+    )
+    calls = [
+        ("attend", lambda: impl.attend(Q, K, V, query_offset=1)),
+        ("backward", lambda: impl.backward(Q, K, V, np.ones((2, 4)), query_offset=1)),
+    ]
     for name, call in calls:
         try:
             call()
         except NotImplementedError:
             continue
         except Exception as e:  # the wrong contract
-            raise CheckFailed("query offset", f"{name} with query_offset=1 raised "
-                              f"{type(e).__name__}, not NotImplementedError (it declares "
-                              "no offsets)", fix) from e
-        raise CheckFailed("query offset", f"{name} with query_offset=1 returned a "
-                          "result, although it declares no offsets", fix)
+            raise CheckFailed(
+                "query offset",
+                f"{name} with query_offset=1 raised "
+                f"{type(e).__name__}, not NotImplementedError (it declares "
+                "no offsets)",
+                fix,
+            ) from e
+        raise CheckFailed(
+            "query offset",
+            f"{name} with query_offset=1 returned a "
+            "result, although it declares no offsets",
+            fix,
+        )
 
 
 def assert_query_offset(impl, seed=6, steps=STEPS, tolerance=TOLERANCE):
@@ -652,22 +691,30 @@ def assert_query_offset(impl, seed=6, steps=STEPS, tolerance=TOLERANCE):
         return _refuses_offsets(impl)
     rng = np.random.default_rng(seed + 1000)
     for label, Q_full, K, V, key_valid, offset, T_q in _offset_cases(seed):
-        Q = Q_full[..., offset: offset + T_q, :]
+        Q = Q_full[..., offset : offset + T_q, :]
         where = f"attend with query_offset={offset} ({label}): "
         O, A = _attend(impl, "query offset", Q, K, V, key_valid, query_offset=offset)
         O_def, A_def = definition(Q_full, K, V, key_valid)
-        O_def, A_def = O_def[..., offset: offset + T_q, :], A_def[..., offset: offset + T_q, :]
+        O_def, A_def = (
+            O_def[..., offset : offset + T_q, :],
+            A_def[..., offset : offset + T_q, :],
+        )
         if not _close(A, A_def):
             raise CheckFailed(
-                "query offset", where + "the probabilities differ from rows "
-                f"{offset}..{offset + T_q - 1} of the whole sequence's ({_max_diff(A, A_def)})",
+                "query offset",
+                where + "the probabilities differ from rows "
+                f"{offset}..{offset + T_q - 1} of the whole sequence's "
+                f"({_max_diff(A, A_def)})",
                 "query i sits at position query_offset + i: hide the keys j > "
                 "query_offset + i",
             )
         if not _close(O, O_def):
-            raise CheckFailed("query offset", where + "the output differs from the whole "
-                              f"sequence's ({_max_diff(O, O_def)})",
-                              "output = probabilities @ value")
+            raise CheckFailed(
+                "query offset",
+                where + "the output differs from the whole "
+                f"sequence's ({_max_diff(O, O_def)})",
+                "output = probabilities @ value",
+            )
         dO = rng.standard_normal(O.shape)
         kwargs = {"query_offset": offset}
         if key_valid is not None:
@@ -675,17 +722,25 @@ def assert_query_offset(impl, seed=6, steps=STEPS, tolerance=TOLERANCE):
         grads = _run("query offset", impl.backward, Q, K, V, dO, **kwargs)
 
         def J(Q, K, V):
-            O, _ = _attend(impl, "query offset", Q, K, V, key_valid, query_offset=offset)
+            O, _ = _attend(
+                impl, "query offset", Q, K, V, key_valid, query_offset=offset
+            )
             return float(np.sum(O * dO))
 
-        report = gradcheck(J, {"Q": Q, "K": K, "V": V},
-                           dict(zip("QKV", (np.asarray(g) for g in grads))),
-                           steps=steps, tolerance=tolerance)
+        report = gradcheck(
+            J,
+            {"Q": Q, "K": K, "V": V},
+            dict(zip("QKV", (np.asarray(g) for g in grads))),
+            steps=steps,
+            tolerance=tolerance,
+        )
         if not report.passed:
             raise CheckFailed(
-                "query offset", f"backward with query_offset={offset} ({label}) disagrees "
+                "query offset",
+                f"backward with query_offset={offset} ({label}) disagrees "
                 f"with central differences (max |error| {report.worst:.1e})",
-                "use the same offset mask in the backward pass")
+                "use the same offset mask in the backward pass",
+            )
     _rejects_offsets(impl)
 
 
@@ -693,24 +748,34 @@ def _rejects_offsets(impl):
     Q, K, V = np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 5))
     dO = np.ones((2, 5))
     for offset, why in ((-1, "a negative offset"), (3, "an offset past the last key")):
-        for name, fn, args in (("attend", impl.attend, (Q, K, V)),
-                               ("backward", impl.backward, (Q, K, V, dO))):
+        for name, fn, args in (
+            ("attend", impl.attend, (Q, K, V)),
+            ("backward", impl.backward, (Q, K, V, dO)),
+        ):
             try:
                 fn(*args, query_offset=offset)
             except ValueError as e:
                 if "query_offset" in str(e):
                     continue
-                raise CheckFailed("query offset", f"{name}: the ValueError for {why} "
-                                  f"does not name query_offset: {e}",
-                                  "say which argument is at fault") from e
+                raise CheckFailed(
+                    "query offset",
+                    f"{name}: the ValueError for {why} does not name query_offset: {e}",
+                    "say which argument is at fault",
+                ) from e
             except Exception as e:
-                raise CheckFailed("query offset", f"{name} with query_offset={offset} "
-                                  f"({why}) raised {type(e).__name__}: {e}",
-                                  "raise ValueError naming query_offset") from e
+                raise CheckFailed(
+                    "query offset",
+                    f"{name} with query_offset={offset} "
+                    f"({why}) raised {type(e).__name__}: {e}",
+                    "raise ValueError naming query_offset",
+                ) from e
             else:
-                raise CheckFailed("query offset", f"{name} accepted query_offset="
-                                  f"{offset} ({why}) for 2 queries and 4 keys",
-                                  "require 0 <= query_offset and query_offset + T_q <= T_k")
+                raise CheckFailed(
+                    "query offset",
+                    f"{name} accepted query_offset="
+                    f"{offset} ({why}) for 2 queries and 4 keys",
+                    "require 0 <= query_offset and query_offset + T_q <= T_k",
+                )
 
 
 PROPERTIES = {
@@ -755,6 +820,7 @@ def assert_conforms(impl, properties=None):
 
 
 # --- the failure listers of Chapter 4 -------------------------------------------------
+
 
 def causal_failures(attend, Q, K, V):
     """Return the names of the causal properties ``attend(Q, K, V) -> (O, A)`` violates.

@@ -1,0 +1,444 @@
+"""The chapters opened in JupyterLab, as a learner who clones the course sees them.
+
+JupyterLab (with ``jupyterlab-myst``, both installed by requirements.txt and by the README's
+learner command) is started headless on 127.0.0.1 with a random token, a temporary settings,
+workspace, runtime and data folder, and nothing that fetches from the internet (no news, no update
+check, a read-only extension manager); every browser request to another host is refused and
+recorded. A chapter is opened in the same headless Chromium the book tests use, every cell rendered
+(notebook windowing off), and the tests assert what the book shows:
+
+- every markdown cell is rendered, and the display equations are typeset by KaTeX — at least as
+  many as the notebook's ``{math}`` blocks and ``$$`` pairs — with no KaTeX error;
+- no raw MyST is visible in the rendered markdown: no ``{math}``, ``{eq}``, ``{exercise}``,
+  ``{solution}`` (or any other role or directive name in braces), no directive fence, no label
+  target, no untypeset TeX;
+- every solution is folded: a closed dropdown whose body is hidden, and the code cells of a gated
+  solution (between ``{solution-start}`` and ``{solution-end}``) have their input folded.
+
+Fault controls: a notebook with planted mistakes (an unknown directive, a solution that is not a
+dropdown, an unfolded solution code cell, broken TeX) must be flagged cell by cell, and a chapter
+opened in JupyterLab with the jupyterlab-myst extension disabled must fail the same checks.
+
+A screenshot of each notebook opened lands in ``_build/screenshots/jupyterlab/``. Without a
+Chromium these tests skip, except under CI (``CI=true``), where they fail.
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+import booksite
+
+pytestmark = pytest.mark.book  # slow, and a browser: the fast set is pytest -m "not book"
+
+ROOT = booksite.ROOT
+CHAPTERS = ["03_one_attention_head", "04_causality_heads_positions"]
+VIEWPORT = {"width": 1280, "height": 900}
+PAGE_TIMEOUT = 40  # seconds for a notebook to open and every cell to render
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Settings a learner would not need, written for the test's private JupyterLab only: no news
+# prompt, no update check, every cell rendered (windowing would render only what is on screen).
+SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                        "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
+SERVER_CONFIG = {
+    "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+               "extension_manager": "readonly"},
+    "ServerApp": {"open_browser": False},
+}
+
+
+class JupyterLab:
+    """JupyterLab serving ``folder`` on 127.0.0.1 for as long as the ``with`` block lasts.
+
+    ``myst=False`` starts it with the jupyterlab-myst extension disabled (the fault control).
+    """
+
+    def __init__(self, folder, myst=True):
+        self.folder, self.myst = pathlib.Path(folder), myst
+        self.token = secrets.token_hex(16)
+        self.port = free_port()
+        self.origin = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="jupyterlab-test-")
+        tmp = pathlib.Path(self._tmp.name)
+        config = tmp / "config"
+        (config / "labconfig").mkdir(parents=True)
+        (config / "jupyter_server_config.json").write_text(json.dumps(SERVER_CONFIG))
+        if not self.myst:
+            (config / "labconfig" / "page_config.json").write_text(
+                json.dumps({"disabledExtensions": {"jupyterlab-myst": True}}))
+        for name, values in SETTINGS.items():
+            path = tmp / "settings" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
+        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_DATA_DIR": str(tmp / "data"),
+               "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+               "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"), "IPYTHONDIR": str(tmp / "ipython"),
+               "JUPYTER_PLATFORM_DIRS": "1", "MPLBACKEND": "Agg"}
+        self.log = tmp / "jupyterlab.log"
+        args = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+                "--port-retries=0", f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.folder}"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            args.append("--allow-root")
+        with open(self.log, "w") as log:
+            self._process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.origin}/api/status?token={self.token}", timeout=2):
+                    break
+            except OSError:
+                if self._process.poll() is not None or time.monotonic() > deadline:
+                    self.__exit__(None, None, None)
+                    raise AssertionError(f"JupyterLab did not start:\n{self.log_tail()}")
+                time.sleep(0.3)
+        return self
+
+    def log_tail(self):
+        return self.log.read_text(errors="replace")[-3000:] if self.log.is_file() else ""
+
+    def __exit__(self, *exc):
+        if self._process.poll() is None:
+            self._process.terminate()  # the server shuts its kernels down
+            try:
+                self._process.wait(20)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._tmp.cleanup()
+
+    def url(self, relpath):
+        return f"{self.origin}/lab/tree/{relpath}?reset&token={self.token}"
+
+
+# ------------------------------------------------------------ what the notebook's source promises
+
+_DIRECTIVE = re.compile(r"^(?:`{3,}|:{3,})\{([\w:-]+)\}", re.MULTILINE)
+
+
+def markdown_cells(notebook):
+    return [("".join(c["source"]) if isinstance(c["source"], list) else c["source"])
+            for c in notebook["cells"] if c["cell_type"] == "markdown"]
+
+
+def display_math(text):
+    """How many display equations a markdown cell's source holds: ``{math}`` blocks and ``$$`` pairs."""
+    return _DIRECTIVE.findall(text).count("math") + text.count("$$") // 2
+
+
+def expected(notebook):
+    """What a correct rendering of ``notebook`` must contain, counted from its markdown source."""
+    solutions = 0
+    for text in markdown_cells(notebook):
+        solutions += sum(1 for n in _DIRECTIVE.findall(text) if n in ("solution", "solution-start"))
+    gated, inside = [], False  # indices of the code cells inside a gated solution
+    for index, cell in enumerate(notebook["cells"]):
+        names = _DIRECTIVE.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []
+        if "solution-end" in names:
+            inside = False
+        elif inside and cell["cell_type"] == "code":
+            gated.append(index)
+        if "solution-start" in names:
+            inside = "solution-end" not in names[names.index("solution-start"):]
+    return {"display_math": sum(display_math(t) for t in markdown_cells(notebook)), "solutions": solutions,
+            "gated_code_cells": gated, "cells": len(notebook["cells"])}
+
+
+# ----------------------------------------------------------------- what the browser shows
+
+# Raw MyST a reader must never see in rendered markdown: a role or directive name in braces, a
+# directive fence, a label target "(name)=" at the start of a line, a directive option line.
+_RAW_MYST = re.compile(
+    r"\{(?:math|eq|exercise|solution(?:-start|-end)?|ref|numref|doc|cite(?::\w+)?|term|glue(?::\w+)?"
+    r"|prf:\w+|dropdown|admonition|note|warning|figure|code-cell|[a-z][\w-]*)\}`?"
+    r"|`{3,}\{|:{3,}\{|^\s*\([\w-]+\)=\s*$|^:(?:label|class|name|nonumber):",
+    re.MULTILINE)
+
+
+# What jupyterlab-myst writes in place of a directive or role it cannot render.
+_MYST_ERROR = re.compile(r"\bUnknown (?:Directive|Role)\b")
+
+
+def raw_myst_fragments(text):
+    """Pieces of ``text`` (what a rendered markdown cell shows) that look like unrendered MyST.
+
+    >>> raw_myst_fragments("See {eq}`eq-ch3-scores` and")
+    ['{eq}`']
+    >>> raw_myst_fragments("nosuchdirective - Unknown Directive")
+    ['Unknown Directive']
+    >>> raw_myst_fragments("A set {x : x > 0} and a dict {'a': 1}, and (2) twice.")
+    []
+    """
+    return [m.group(0).strip() for m in _RAW_MYST.finditer(text)] + _MYST_ERROR.findall(text)
+
+
+NOTEBOOK_FACTS_JS = r"""
+() => {
+  // checkVisibility() also sees the content of a closed <details> as hidden
+  const visible = e => !!e && (e.checkVisibility ? e.checkVisibility({visibilityProperty: true, opacityProperty: true})
+                                                 : e.getClientRects().length > 0);
+  const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
+  const skip = 'script,style,pre,code,.katex,.MathJax,mjx-container,.jp-Editor,.jp-InputPrompt,.jp-Collapser';
+  const textOf = root => {
+    const parts = [];
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {acceptNode: n =>
+      n.parentElement && n.parentElement.closest(skip) ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+    while (walker.nextNode()) parts.push(walker.currentNode.nodeValue);
+    return parts.join('');
+  };
+  return cells.map(cell => {
+    const markdown = cell.classList.contains('jp-MarkdownCell');
+    const input = cell.querySelector('.jp-Cell-inputArea');
+    // a rendered markdown cell shows its output next to the (hidden) editor in the input area
+    const outputs = input ? [...input.children].filter(c => !c.matches('.jp-InputPrompt, .jp-Editor, .jp-Collapser')) : [];
+    const rendered = markdown && outputs.length > 0 && !!cell.querySelector('.jp-Editor.lm-mod-hidden, .jp-Editor[hidden]');
+    const solutions = [];
+    for (const out of outputs) {
+      for (const box of out.querySelectorAll('details, aside, .admonition, div[class*="myst-exercise"], div[class*="myst-admonition"]')) {
+        if (box.parentElement.closest('details, aside, .admonition')) continue;
+        const title = box.querySelector('summary, .admonition-title, [class*="-title"], [class*="-header"]');
+        const titleText = title ? title.textContent.trim() : '';
+        if (!/solution/i.test(titleText)) continue;
+        const body = [...box.children].filter(c => c !== title && !c.contains(title));
+        solutions.push({title: titleText.slice(0, 80), dropdown: box.tagName === 'DETAILS',
+                        open: box.tagName === 'DETAILS' ? box.open : true,
+                        bodyVisible: body.some(visible)});
+      }
+    }
+    return {
+      markdown, rendered,
+      inputVisible: visible(input) && (markdown || visible(cell.querySelector('.jp-Editor'))),
+      text: outputs.map(textOf).join('\n'),
+      displayMath: outputs.reduce((n, o) => n + o.querySelectorAll('.katex-display, mjx-container[display="true"]').length, 0),
+      inlineMath: outputs.reduce((n, o) => n + o.querySelectorAll('.katex, mjx-container').length, 0),
+      rawFences: outputs.flatMap(o => [...o.querySelectorAll('pre > code[class*="language-{"], pre > code[class*="language-%7B"]')])
+        .map(e => e.className),
+      mathErrors: outputs.flatMap(o => [...o.querySelectorAll('.katex-error, mjx-merror')]).map(e => e.textContent.slice(0, 80)),
+      solutions,
+    };
+  });
+}
+"""
+
+
+def notebook_problems(notebook, cells):
+    """Judge the rendered notebook (``cells``, from NOTEBOOK_FACTS_JS) against its source.
+
+    Returns ``(index, problem)`` pairs; ``index`` is the cell's position in the notebook, or None
+    for a problem of the whole notebook.
+    """
+    want = expected(notebook)
+    problems = []
+    if len(cells) != want["cells"]:
+        return [(None, f"{len(cells)} cells shown for {want['cells']} in the notebook")]
+    for index, (source, cell) in enumerate(zip(notebook["cells"], cells)):
+        if source["cell_type"] == "markdown":
+            if not cell["rendered"]:
+                problems.append((index, "markdown cell not rendered"))
+                continue
+            problems += [(index, f"raw MyST visible: {f!r}") for f in raw_myst_fragments(cell["text"])]
+            problems += [(index, f"raw TeX visible: {f!r}") for f in booksite.raw_tex_fragments(cell["text"])]
+            problems += [(index, f"raw MyST visible: a directive shown as code ({c})") for c in cell["rawFences"]]
+            problems += [(index, f"TeX error: {e!r}") for e in cell["mathErrors"]]
+            wanted = display_math("".join(source["source"]))
+            if cell["displayMath"] < wanted:
+                problems.append((index, f"{cell['displayMath']} typeset display equations for {wanted} in the source"))
+            for s in cell["solutions"]:
+                if not s["dropdown"]:
+                    problems.append((index, f"solution {s['title']!r} is not a dropdown"))
+                elif s["open"] or s["bodyVisible"]:
+                    problems.append((index, f"solution {s['title']!r} is open"))
+        elif index in want["gated_code_cells"] and cell["inputVisible"]:
+            problems.append((index, "code cell of a solution is not folded (input shown): give it the cell "
+                                    "metadata \"jupyter\": {\"source_hidden\": true}"))
+    shown = sum(len(c["solutions"]) for c in cells)
+    if shown < want["solutions"]:
+        problems.append((None, f"{shown} solution boxes for {want['solutions']} in the source"))
+    return problems
+
+
+def open_notebook(context, lab, relpath):
+    """Open ``relpath`` in JupyterLab; wait until every cell is shown and rendering has settled.
+
+    Returns the cells' facts, the requests that tried to leave the machine and a screenshot path.
+    """
+    page = context.new_page()
+    external = []
+
+    def is_local(u):
+        return u.startswith(lab.origin + "/") or u.startswith(("data:", "blob:", "about:", "ws://127.0.0.1"))
+
+    page.on("request", lambda r: None if is_local(r.url) else external.append(r.url))
+    page.route(lambda u: not is_local(u), lambda route: route.abort("blockedbyclient"))
+    try:
+        start = time.monotonic()
+        page.goto(lab.url(relpath), wait_until="load", timeout=PAGE_TIMEOUT * 1000)
+        page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=PAGE_TIMEOUT * 1000)
+        cells, previous, stable = None, None, 0
+        while time.monotonic() - start < PAGE_TIMEOUT:
+            page.wait_for_timeout(500)
+            cells = page.evaluate(NOTEBOOK_FACTS_JS)
+            settled = cells and all(c["rendered"] for c in cells if c["markdown"])
+            stable = stable + 1 if settled and cells == previous else 0
+            previous = cells
+            if stable >= 3:  # unchanged for 1.5 s: cross-references and math are done
+                break
+        if cells is None:
+            cells = page.evaluate(NOTEBOOK_FACTS_JS)
+        shot = ROOT / "_build" / "screenshots" / "jupyterlab" / (pathlib.PurePosixPath(relpath).stem + ".png")
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(shot))
+        return cells, external
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with booksite.chromium(VIEWPORT) as context:
+        yield context
+
+
+def _require_jupyterlab():
+    try:
+        import jupyterlab  # noqa: F401
+        import jupyterlab_myst  # noqa: F401
+    except ImportError:
+        pytest.fail("JupyterLab or jupyterlab-myst is missing: pip install -r requirements.txt -c constraints.txt",
+                    pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A copy of the chapters (the server writes checkpoints and trust data next to them)."""
+    folder = tmp_path_factory.mktemp("learner")
+    shutil.copytree(ROOT / "chapters", folder / "chapters",
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "_build"))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def lab(workdir):
+    _require_jupyterlab()
+    with JupyterLab(workdir) as server:
+        yield server
+
+
+def read_notebook(path):
+    return json.loads(pathlib.Path(path).read_text())
+
+
+def format_problems(problems):
+    return "\n".join(f"cell {i}: {p}" if i is not None else p for i, p in problems)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_renders_in_jupyterlab_as_in_the_book(browser, lab, workdir, chapter):
+    relpath = f"chapters/{chapter}.ipynb"
+    notebook = read_notebook(workdir / relpath)
+    cells, external = open_notebook(browser, lab, relpath)
+    want = expected(notebook)
+    assert want["display_math"] >= 5 and want["solutions"] >= 2, "the chapter should hold equations and solutions"
+    problems = notebook_problems(notebook, cells)
+    assert not problems, f"{chapter} in JupyterLab: {len(problems)} problem(s):\n" + format_problems(problems)
+    assert external == [], f"JupyterLab asked the network for {external}"
+
+
+# ------------------------------------------------------------------------ fault controls
+
+def _markdown(text):
+    return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+
+def _code(text, **metadata):
+    return {"cell_type": "code", "metadata": metadata, "source": text, "outputs": [], "execution_count": None}
+
+
+CLEAN_CELLS = [
+    _markdown("# A planted page\n\n```{math}\n:label: eq-fault-s\nS = Q K^\\top / \\sqrt{d}\n```\n\n"
+              "By {eq}`eq-fault-s`, inline $x^2$."),
+    _markdown("```{exercise} Do it\n:label: ex-fault\n\nCompute $S$.\n```"),
+    _markdown("```{solution-start} ex-fault\n:class: dropdown\n```\n\nThe answer."),
+    _code("S = 1", jupyter={"source_hidden": True}),
+    _markdown("```{solution-end}\n```"),
+    _markdown("```{solution} ex-fault\n:class: dropdown\n\nAgain $y$.\n```"),
+]
+FAULT_CELLS = {  # name -> (cell, what the judge must say about it)
+    "unknown directive": (_markdown("```{nosuchdirective}\nbody\n```"), "raw MyST visible"),
+    "solution not folded": (_markdown("```{solution} ex-fault\n\nShown at once.\n```"), "is not a dropdown"),
+    "broken TeX": (_markdown("```{math}\n\\frac{a}{\n```"), "0 typeset display equations for 1"),
+}
+UNFOLDED_SOLUTION_CODE = [  # a gated solution whose code cell is shown
+    _markdown("```{solution-start} ex-fault\n:class: dropdown\n```"),
+    _code("S = 2"),
+    _markdown("```{solution-end}\n```"),
+]
+
+
+def planted_notebook():
+    cells = list(CLEAN_CELLS)
+    where = {}
+    for name, (cell, _) in FAULT_CELLS.items():
+        where[name] = len(cells)
+        cells.append(cell)
+    where["unfolded solution code"] = len(cells) + 1
+    cells += UNFOLDED_SOLUTION_CODE
+    notebook = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+    for i, cell in enumerate(notebook["cells"]):
+        cell["id"] = f"planted-{i}"
+    return notebook, where
+
+
+def test_fault_control_planted_mistakes_are_flagged_cell_by_cell(browser, lab, workdir):
+    notebook, where = planted_notebook()
+    (workdir / "planted.ipynb").write_text(json.dumps(notebook))
+    cells, _ = open_notebook(browser, lab, "planted.ipynb")
+    problems = notebook_problems(notebook, cells)
+    flagged = {}
+    for index, problem in problems:
+        flagged.setdefault(index, []).append(problem)
+    assert set(flagged) == set(where.values()), f"flagged cells {sorted(flagged, key=str)}, planted at {where}:\n" \
+        + format_problems(problems)
+    for name, (_, message) in FAULT_CELLS.items():
+        assert any(message in p for p in flagged[where[name]]), (name, flagged[where[name]])
+    assert any("not folded" in p for p in flagged[where["unfolded solution code"]])
+
+
+def test_fault_control_a_chapter_without_jupyterlab_myst_fails(browser, workdir):
+    # The same chapter, in a JupyterLab whose MyST extension is disabled: plain markdown rendering
+    # shows the {math} blocks as code, {eq} roles and directives as text, solutions unfolded.
+    _require_jupyterlab()
+    relpath = f"chapters/{CHAPTERS[0]}.ipynb"
+    notebook = read_notebook(workdir / relpath)
+    with JupyterLab(workdir, myst=False) as plain:
+        cells, _ = open_notebook(browser, plain, relpath)
+    problems = notebook_problems(notebook, cells)
+    text = format_problems(problems)
+    assert "raw MyST visible: '{eq}'" in text
+    assert "a directive shown as code (language-{math})" in text
+    assert "typeset display equations for" in text
+    assert "solution boxes for" in text
