@@ -59,6 +59,7 @@ def build(tmp_path, cell=GOOD_CELL, intro=INTRO):
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
     (tmp_path / "book").mkdir()
     shutil.copy(ROOT / "book" / "references.bib", tmp_path / "book" / "references.bib")
+    shutil.copytree(ROOT / "book" / "_static", tmp_path / "book" / "_static")
     (tmp_path / "_toc.yml").write_text(
         "format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n"
     )
