@@ -25,7 +25,7 @@ import booksite
 
 pytestmark = pytest.mark.book  # slow: the fast set is pytest -m "not book"
 
-VIEWPORT = {"width": 1280, "height": 900}
+VIEWPORT = booksite.LAYOUTS["laptop"]  # pages are judged and measured at this size
 REFRESH = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.IGNORECASE)
 
 
@@ -114,6 +114,7 @@ class Visit:
     facts: dict
     record: Record
     chapter: dict = None
+    layout: dict = None  # LAYOUT_FACTS_JS at VIEWPORT
 
 
 @pytest.fixture(scope="module")
@@ -138,16 +139,18 @@ def screenshots(html):
 
 @pytest.fixture(scope="module")
 def visits(browser, site, html, screenshots):
-    """Open every built page once over loopback HTTP: judge it, screenshot it, read chapter facts."""
+    """Open every built page once over loopback HTTP: judge it, screenshot it, read chapter facts,
+    then measure its layout (last, since measuring unfolds the solutions)."""
     result = {}
     for rel in booksite.book_pages(html):
         page, record, facts = open_page(browser, site.url(rel), site.origin + "/", (html / rel).read_text())
         try:
             page.screenshot(path=str(screenshots / screenshot_name(rel)), full_page=True)
             chapter = page.evaluate(booksite.CHAPTER_FACTS_JS, rel) if rel.startswith("chapters/") else None
+            layout = page.evaluate(booksite.LAYOUT_FACTS_JS)
         finally:
             page.close()
-        result[rel] = Visit(judge(record, facts, site.origin, html), facts, record, chapter)
+        result[rel] = Visit(judge(record, facts, site.origin, html), facts, record, chapter, layout)
     return result
 
 
@@ -250,10 +253,14 @@ def test_every_numbered_equation_is_referenced_from_the_prose(visits, site):
 #   code or mathematics to a phone's 40-odd characters would make it harder, not easier, to read.
 
 @pytest.fixture(scope="module")
-def layouts(browser, site, html):
-    """LAYOUT_FACTS_JS of every page at each of booksite.LAYOUTS, by (layout, page)."""
+def layouts(browser, site, html, visits):
+    """LAYOUT_FACTS_JS of every page at each of booksite.LAYOUTS, by (layout, page); the size of
+    VIEWPORT was measured during the visits."""
     result = {}
     for layout, viewport in booksite.LAYOUTS.items():
+        if viewport == VIEWPORT:
+            result.update({(layout, rel): visit.layout for rel, visit in visits.items()})
+            continue
         for rel in booksite.book_pages(html):
             page, _, _ = open_page(browser, site.url(rel), site.origin + "/", (html / rel).read_text(), viewport)
             try:
