@@ -375,11 +375,13 @@ def test_binder_installs_the_package_at_the_locked_versions():
     ]
     extras = ",".join(setup_tool.EXTRAS)
     assert commands == [
-        f'python -m pip install --no-cache-dir -e ".[{extras}]" -c constraints.txt'
+        f'python -m pip install --no-cache-dir -e ".[{extras}]" jupyterlab jupyterlab-myst '
+        "-c constraints.txt"
     ]
     pins = (ROOT / "constraints.txt").read_text()
-    for name in ("numpy", "sympy", "matplotlib"):
-        assert re.search(rf"^{name}==", pins, re.M | re.I), name
+    for name in ("numpy", "sympy", "matplotlib", "jupyterlab", "jupyterlab-myst"):
+        pattern = re.sub(r"[-_.]", "[-_.]", name)  # pip normalises -, _ and .
+        assert re.search(rf"^{pattern}==", pins, re.M | re.I), name
     runtime = (ROOT / "binder" / "runtime.txt").read_text().strip()
     version = runtime.removeprefix("python-")
     assert runtime.startswith("python-") and re.fullmatch(r"3\.\d+", version)
