@@ -334,3 +334,13 @@ def test_jacobian_properties(data, n):
     # the vector-Jacobian product is the package's softmax backward
     # (n, n) x (n,) -> (n,)
     assert_allclose(J.T @ g, softmax_backward(softmax(z), g), rtol=0, atol=64 * EPS)
+
+
+def test_a_row_with_no_entries_has_an_empty_softmax_and_a_log_sum_exp_of_minus_inf():
+    S = np.zeros((3, 0))
+    for visible in (None, np.zeros((3, 0), bool)):
+        A = softmax(S, visible)
+        assert A.shape == (3, 0)
+        assert_array_equal(logsumexp(S, visible), np.full(3, -np.inf))
+    # a row with entries is unchanged by the empty case's handling
+    assert_allclose(logsumexp(np.array([[-1e3, -1e3]])), [-1e3 + np.log(2)], rtol=1e-15)

@@ -119,7 +119,8 @@ def _row_chunks(n, T_q, workers):
     """Units of work ``(h, i0, i1)``: every head whole, or split by rows when there are
     fewer heads than workers."""
     workers = default_workers() if workers is None else workers
-    parts = max(1, min(T_q, -(-workers // n))) if isinstance(workers, int) else 1
+    parts = (max(1, min(T_q, -(-workers // n)))
+             if isinstance(workers, (int, np.integer)) else 1)
     bounds = [T_q * p // parts for p in range(parts + 1)]
     return [(h, bounds[p], bounds[p + 1]) for h in range(n) for p in range(parts)
             if bounds[p + 1] > bounds[p]]
@@ -128,7 +129,7 @@ def _row_chunks(n, T_q, workers):
 def _flat(x, batch):
     """``x (..., T, w)`` broadcast to ``batch`` and flattened to ``(n, T, w)``."""
     return np.ascontiguousarray(np.broadcast_to(x, batch + x.shape[-2:])).reshape(
-        (-1,) + x.shape[-2:])
+        (math.prod(batch),) + x.shape[-2:])  # not -1: T may be 0
 
 
 def fast_attention_forward(Q, K, V, *, causal=False, key_valid=None, workers=None):
@@ -168,7 +169,7 @@ def fast_attention_forward(Q, K, V, *, causal=False, key_valid=None, workers=Non
             mask = ~kv[h] if mask is None else mask | ~kv[h]
         if mask is not None:
             np.copyto(S, -np.inf, where=mask)
-        m = S.max(axis=1)  # (rows,)
+        m = S.max(axis=1, initial=-np.inf)  # (rows,); -inf when there are no keys
         m[~np.isfinite(m)] = 0.0  # a query that sees no key: its row stays -inf
         np.subtract(S, m[:, None], out=S)
         np.exp(S, out=S)  # E, in place

@@ -48,7 +48,7 @@ def logsumexp(S, visible=None):
     if visible is not None:
         S, visible = _broadcast_visible(S, visible)
         S = np.where(visible, S, -np.inf)
-    m = np.max(S, axis=-1, keepdims=True)
+    m = np.max(S, axis=-1, keepdims=True, initial=-np.inf)  # -inf: no entry
     m_safe = np.where(np.isfinite(m), m, 0.0)
     with np.errstate(divide="ignore"):
         out = np.log(np.sum(np.exp(S - m_safe), axis=-1)) + m_safe[..., 0]
@@ -71,12 +71,12 @@ def softmax(S, visible=None):
     S = as_float_array("S", S)
     if visible is None:
         # largest entry of each row is 0
-        shifted = S - np.max(S, axis=-1, keepdims=True)
+        shifted = S - np.max(S, axis=-1, keepdims=True, initial=-np.inf)
         E = np.exp(shifted)
         return E / np.sum(E, axis=-1, keepdims=True)
     S, visible = _broadcast_visible(S, visible)
     masked = np.where(visible, S, -np.inf)
-    m = np.max(masked, axis=-1, keepdims=True)
+    m = np.max(masked, axis=-1, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0.0)  # fully hidden row: any finite shift will do
     E = np.where(visible, np.exp(np.where(visible, S - m, 0.0)), 0.0)
     Z = np.sum(E, axis=-1, keepdims=True)

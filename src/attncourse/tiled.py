@@ -134,6 +134,15 @@ def _hide(S, visible):
     return S
 
 
+def _subtract(S, shift):
+    """``S - shift``, in place when ``S`` already has the shape of the result (it lacks
+    batch axes that only ``V`` had)."""
+    if np.broadcast_shapes(S.shape, shift.shape) != S.shape:
+        return S - shift
+    S -= shift
+    return S
+
+
 def _tile_state(S, V, visible):
     """:func:`tile_state`, overwriting ``S`` (a fresh tile of scores)."""
     S = _hide(S, visible)  # hidden keys never enter
@@ -143,6 +152,7 @@ def _tile_state(S, V, visible):
     V1 = np.ones(V.shape[:-1] + (V.shape[-1] + 1,), P.dtype)  # [V | 1]
     V1[..., :-1] = V
     o_l = P @ V1  # (..., n, k) x (..., k, r + 1): the sum of P comes with o
+    m = np.broadcast_to(m, o_l.shape[:-1])  # batch axes that only V had
     return SoftmaxState(m, o_l[..., -1], o_l[..., :-1])
 
 
@@ -403,7 +413,7 @@ def tiled_attention_backward(saved, dO, *, workers=None):
             S = Qs @ np.swapaxes(K_j, -1, -2)  # (..., bq, d) x (..., d, bk)
             visible = _tile_visible(t, kv)
             S = _hide(S, visible)
-            S -= shift[..., t.i0 : t.i1, None]
+            S = _subtract(S, shift[..., t.i0 : t.i1, None])  # in place when it can
             P = np.exp(S, out=S)  # (..., bq, bk): the weights, recomputed
             dV[..., t.j0 : t.j1, :] += (
                 np.swapaxes(P, -1, -2) @ dO_i
@@ -456,7 +466,7 @@ class TiledWeights:
         visible = _tile_visible(Tile(i0, i1, 0, T_k, causal), kv)
         if visible is not None:
             S = np.where(visible, S, -np.inf)
-        S -= _finite_or_zero(lse)[..., i0:i1, None]
+        S = _subtract(S, _finite_or_zero(lse)[..., i0:i1, None])
         return np.broadcast_to(np.exp(S, out=S), self.shape[:-2] + S.shape[-2:])
 
     def __array__(self, dtype=None, copy=None):

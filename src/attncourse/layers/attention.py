@@ -156,6 +156,7 @@ def backward_from_weights(Q, K, V, A, G):
     d = Q.shape[-1]
     dV = np.swapaxes(A, -1, -2) @ G  # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)
     dA = G @ np.swapaxes(V, -1, -2)  # (..., T_q, r) x (..., r, T_k) -> (..., T_q, T_k)
+    A = np.broadcast_to(A, dA.shape)  # a batch held by V alone reaches dA, not A
     dS = softmax_backward(A, dA)  # (..., T_q, T_k)
     dQ = dS @ K / math.sqrt(d)  # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d)
     # (..., T_k, T_q) x (..., T_q, d) -> (..., T_k, d)

@@ -270,6 +270,8 @@ def _gradient_cases(seed):
          key_valid_from_lengths([2, 4], 4, side="left")),
         ("broadcast batch axes", *_qkv(rng, (2, 1), (3,), (1, 3), 4, 4, 3, 2), None),
         ("T_q < T_k", *_qkv(rng, (), (), (), 3, 5, 4, 2), None),
+        ("a batch held by the values alone", *_qkv(rng, (), (), (2,), 3, 5, 4, 2),
+         None),
     ]
 
 
