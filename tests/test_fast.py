@@ -406,3 +406,17 @@ def test_no_queries_or_no_keys_give_empty_or_zero_results_in_every_version(T_q, 
         for g, x in zip(grads, (Q, K, V)):
             assert g.shape == x.shape, name
             assert_array_equal(g, np.zeros_like(g), err_msg=name)
+
+
+def test_two_threads_never_share_a_row_buffer():
+    # Each thread of the backward pass owns its buffer of dS rows; one buffer shared by two
+    # threads that run their products at the same time would mix their heads' rows.
+    rng = np.random.default_rng(21)
+    Q, K, V = (rng.standard_normal((2, 384, w)) for w in (24, 24, 40))
+    G = rng.standard_normal((2, 384, 40))
+    _, saved = fast_attention_forward(Q, K, V, workers=1)
+    want = fast_attention_backward(saved, G, workers=1)
+    for _ in range(8):
+        got = fast_attention_backward(saved, G, workers=2)  # one head per thread
+        for x, y in zip(want, got):
+            assert_array_equal(x, y)
