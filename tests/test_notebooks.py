@@ -52,7 +52,7 @@ root_conftest = _load("root_conftest", ROOT / "conftest.py")
 
 # every chapter: those in _toc.yml and any notebook under chapters/ not yet listed
 CHAPTERS = sorted(
-    set(setup_tool.toc_notebooks()) | set((ROOT / "chapters").glob("*.ipynb"))
+    set(setup_tool.toc_notebooks(ROOT)) | set((ROOT / "chapters").glob("*.ipynb"))
 )
 EXEMPTING_TAGS = {
     "raises-exception",
@@ -70,8 +70,8 @@ def code_cells(path):
 
 
 def test_every_chapter_of_the_toc_is_covered():
-    assert len(setup_tool.toc_notebooks()) >= 9
-    assert set(setup_tool.toc_notebooks()) <= set(CHAPTERS)
+    assert len(setup_tool.toc_notebooks(ROOT)) >= 9
+    assert set(setup_tool.toc_notebooks(ROOT)) <= set(CHAPTERS)
 
 
 # --- Run All --------------------------------------------------------------------------

@@ -23,40 +23,21 @@ import time
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")  # one BLAS thread per kernel, as in the tests
 
-import yaml  # noqa: E402
 from jupyter_cache import get_cache  # noqa: E402
 from jupyter_cache.executors import load_executor  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from toc import toc_notebooks  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's default for this book
-
-
-def toc_notebooks(toc):
-    """The notebooks ``_toc.yml`` lists, in order (pages that are not notebooks
-    skipped)."""
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(yaml.safe_load(toc.read_text()))
-    return [
-        ROOT / f"{name}.ipynb" for name in found if (ROOT / f"{name}.ipynb").is_file()
-    ]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
     args = parser.parse_args()
-    notebooks = toc_notebooks(ROOT / "_toc.yml")
+    notebooks = toc_notebooks(ROOT)
     cache = get_cache(str(CACHE))
     cache.clear_cache()  # every run executes afresh
     for path in notebooks:

@@ -34,6 +34,9 @@ import urllib.parse
 import nbformat
 import yaml
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from toc import toc_notebooks  # noqa: E402
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CELL_ID = "course-setup"
 TAGS = ["remove-cell"]
@@ -75,25 +78,6 @@ def requirement_parts(root=ROOT):
 def setup_source(root=ROOT):
     """The source of the setup cell, from ``_config.yml`` and ``pyproject.toml``."""
     return TEMPLATE.format(**requirement_parts(root))
-
-
-def toc_notebooks(root=ROOT):
-    """The notebooks ``_toc.yml`` lists, in order."""
-    found = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                found.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(yaml.safe_load((root / "_toc.yml").read_text()))
-    paths = [root / f"{name}.ipynb" for name in found]
-    return [path for path in paths if path.is_file()]
 
 
 def refreshed(nb, source):
@@ -149,7 +133,7 @@ def main():
     args = parser.parse_args()
     source = setup_source()
     stale = []
-    for path in args.notebooks or toc_notebooks():
+    for path in args.notebooks or toc_notebooks(ROOT):
         text = path.read_text(encoding="utf-8")
         nb = nbformat.reads(text, as_version=4)
         new = nbformat.writes(folded(refreshed(nb, source))) + "\n"
