@@ -11,17 +11,33 @@ in tests/test_notebooks.py asserts it), so nbval runs every cell as "Run All" do
 plain kernel and fails on any exception. An exercise cell whose stub still raises
 ``NotImplementedError`` must instead print the checker's one-line notice: the hook below
 fails such a cell when its output is anything else.
+
+One execution of each chapter. A chapter whose every cell passed under nbval is recorded
+with its executed notebook and a key (tools/nbrecord.py); a later run with the same key
+(the same notebook, package, environment and settings) checks the record instead of
+executing the chapter again, and ``--nbval-fresh`` executes every chapter regardless.
+So the README's build command (tools/execute.py runs the chapters under nbval) and its
+test command execute each chapter once between them.
 """
 
 import ast
+import copy
 import os
+import pathlib
+import sys
+import time
 
+import nbformat
 import pytest
+from nbval.plugin import IPyNbCell, IPyNbFile
 
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")  # before numpy is imported
 
 from attncourse.verify.exercises import UNFINISHED  # noqa: E402
+
+sys.path.append(str(pathlib.Path(__file__).resolve().parent / "tools"))
+import nbrecord  # noqa: E402
 
 
 def stub_names(source):
@@ -74,3 +90,114 @@ def pytest_runtest_call(item):
         if problem:
             pytest.fail(f"cell {item.cell_num}: {problem}", pytrace=False)
     return result
+
+
+# One execution of each chapter ------------------------------------------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--nbval-fresh", action="store_true",
+                     help="execute every chapter under nbval even when a record of a "
+                          "run with the same key exists (see tools/nbrecord.py)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collect_file(file_path, parent):
+    collected = yield
+    if (nbrecord.is_chapter(file_path) and not parent.config.getoption("nbval_fresh")
+            and any(isinstance(c, IPyNbFile) for c in collected)):
+        record = nbrecord.fresh_record(file_path)
+        if record is not None:
+            return [RecordedChapter.from_parent(parent, path=file_path, record=record)]
+    return collected
+
+
+def recorded_cell_problem(number, cell):
+    """What is wrong with code cell ``number`` of a recorded run (None: nothing)."""
+    if cell.get("execution_count") != number + 1:
+        return (f"the record shows it was not run in order (execution count "
+                f"{cell.get('execution_count')})")
+    errors = [out for out in cell.outputs if out.get("output_type") == "error"]
+    if errors:
+        return (f"the record shows an exception: {errors[0].get('ename')}: "
+                f"{errors[0].get('evalue')}")
+    return stub_cell_problem(cell.source, cell.outputs)
+
+
+class RecordedChapter(pytest.File):
+    """A chapter checked from the record of its nbval run (tools/nbrecord.py)."""
+
+    def __init__(self, *, record, **kwargs):
+        super().__init__(**kwargs)
+        self.record = record
+
+    def collect(self):
+        executed = nbformat.reads(self.record["executed"], as_version=4)
+        code = [cell for cell in executed.cells if cell.cell_type == "code"]
+        for number, cell in enumerate(code):
+            yield RecordedCell.from_parent(self, name=f"Cell {number}", number=number,
+                                           cell=cell)
+
+
+class RecordedCell(pytest.Item):
+    """A cell of a recorded run: it ran in order, raised nothing, kept the stub rule."""
+
+    def __init__(self, *, number, cell, **kwargs):
+        super().__init__(**kwargs)
+        self.number, self.cell = number, cell
+        self.user_properties.append(("nbval_record", self.parent.record["key"]))
+
+    def runtest(self):
+        problem = recorded_cell_problem(self.number, self.cell)
+        if problem:
+            pytest.fail(f"cell {self.number}: {problem}", pytrace=False)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.name} (recorded nbval run)"
+
+
+_RUNS = {}  # a chapter's nodeid -> its nbval run so far: start, passed, outputs
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if isinstance(item, IPyNbCell) and nbrecord.is_chapter(item.path):
+        run = _RUNS.setdefault(item.parent.nodeid, {"start": time.perf_counter(),
+                                                    "passed": True, "outputs": {}})
+        if report.failed or report.skipped:
+            run["passed"] = False
+        if call.when == "call" and item.test_outputs is not None:
+            run["outputs"][item.cell_num] = item.test_outputs
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    last = nextitem is None or nextitem.parent is not item.parent
+    if last and isinstance(item, IPyNbCell) and nbrecord.is_chapter(item.path):
+        run = _RUNS.pop(item.parent.nodeid, None)
+        executed = copy.deepcopy(item.parent.nb)
+        code = [cell for cell in executed.cells if cell.cell_type == "code"]
+        if run and run["passed"] and sorted(run["outputs"]) == list(range(len(code))):
+            for number, cell in enumerate(code):
+                cell.outputs = run["outputs"][number]
+                cell.execution_count = number + 1
+            from ipykernel.ipkernel import IPythonKernel  # the kernel nbval ran
+
+            executed.metadata["language_info"] = IPythonKernel.language_info
+            nbrecord.write_record(item.path, nbformat.writes(executed),
+                                  time.perf_counter() - run["start"])
+    return result
+
+
+def pytest_terminal_summary(terminalreporter):
+    keys = {(report.fspath, value) for reports in terminalreporter.stats.values()
+            for report in reports
+            for name, value in getattr(report, "user_properties", ())
+            if name == "nbval_record"}
+    if keys:
+        terminalreporter.write_line(
+            f"{len(keys)} chapter(s) checked from the records of their nbval runs in "
+            f"{nbrecord.RECORDS} (same notebook, package and environment); "
+            f"--nbval-fresh executes them again")
