@@ -489,9 +489,13 @@ def test_the_key_covers_the_package_the_settings_and_the_environment(
     assert digest() != edited
     shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
     assert digest() == edited
+    # the same environment seen with src/ (and the editable install's egg-info) on
+    # sys.path, as pytest puts it there while collecting the package's doctests
+    monkeypatch.syspath_prepend(str(ROOT / "src"))
+    assert digest() == edited
     monkeypatch.setattr(nbrecord.importlib.metadata, "distributions",
-                        lambda: [SimpleNamespace(metadata={"Name": "numpy"},
-                                                 version="0.0")])
+                        lambda **where: [SimpleNamespace(metadata={"Name": "numpy"},
+                                                         version="0.0")])
     assert digest() != edited
 
 

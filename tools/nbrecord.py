@@ -19,6 +19,7 @@ import os
 import pathlib
 import platform
 import sys
+import sysconfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # where the records are kept (the tests point it elsewhere)
@@ -55,8 +56,11 @@ def environment_digest():
         for path in _files(name):
             digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0")
             digest.update(path.read_bytes() + b"\0")
-    installed = sorted(f"{dist.metadata.get('Name')}=={dist.version}"
-                       for dist in importlib.metadata.distributions())
+    # the environment's own distributions, whatever else is on sys.path (pytest puts
+    # src/, with the editable install's egg-info, there while collecting its doctests)
+    where = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = sorted({f"{dist.metadata.get('Name')}=={dist.version}"
+                        for dist in importlib.metadata.distributions(path=where)})
     digest.update("\n".join(installed).encode())
     digest.update(f"{sys.version}\n{platform.platform()}\n".encode())
     for name in SETTINGS:
