@@ -74,6 +74,58 @@ def test_no_bare_assert_in_the_verification_package():
         assert asserts == [], f"{path.name} has bare asserts at lines {asserts}"
 
 
+# --- python -O: one interpreter runs every case --------------------------------------
+
+UNDER_O = {}
+"""Case name -> code that must hold under ``python -O``; each test below adds its own.
+
+Every case runs in one ``python -O`` process (a start-up imports numpy and the package,
+about a second each time), each from a fresh namespace with its own captured output; a
+case that raises is reported, with its traceback, by the test that reads it."""
+
+RUN_CASES = """
+import contextlib, io, json, sys, traceback
+results = {}
+for name, code in json.load(sys.stdin).items():
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, f"<{name}>", "exec"), {"__name__": "__main__"})
+    except BaseException:
+        results[name] = [out.getvalue(), traceback.format_exc()]
+    else:
+        results[name] = [out.getvalue(), None]
+with open(sys.argv[1], "w") as f:
+    json.dump(results, f)
+"""
+
+
+@pytest.fixture(scope="module")
+def under_O(tmp_path_factory):
+    """Case name -> [printed output, traceback or None], every case of UNDER_O."""
+    path = tmp_path_factory.mktemp("under_O") / "results.json"
+    result = subprocess.run(
+        [sys.executable, "-O", "-c", RUN_CASES, str(path)],
+        input=json.dumps(UNDER_O),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    results = json.loads(path.read_text())
+    assert set(results) == set(UNDER_O)
+    return results
+
+
+def printed_under_O(under_O, name):
+    """What the case ``name`` printed under ``python -O``; fail if it raised."""
+    out, error = under_O[name]
+    assert error is None, f"the case {name!r} raised under python -O:\n{error}"
+    return out
+
+
 ZERO_STUBS = """
 import sys
 import numpy as np
@@ -103,19 +155,11 @@ for name, stub in stubs.items():
     else:
         print(name, "ACCEPTED")
 """
+UNDER_O["zero stubs"] = ZERO_STUBS
 
 
-def test_stubs_returning_zeros_are_rejected_under_python_O():
-    result = subprocess.run(
-        [sys.executable, "-O", "-c", ZERO_STUBS],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
+def test_stubs_returning_zeros_are_rejected_under_python_O(under_O):
+    assert printed_under_O(under_O, "zero stubs").splitlines() == [
         "optimize 1",
         "check_one_hot rejected: one 1 per vector",
         "check_embedding_backward rejected: a token seen once gets its gradient row",
@@ -228,19 +272,11 @@ try:
 except CheckFailed as e:
     print("rejected:", e.property)
 """
+UNDER_O["stub and wrong"] = STUB_AND_WRONG
 
 
-def test_a_stub_is_reported_and_a_wrong_answer_raises_under_python_O():
-    result = subprocess.run(
-        [sys.executable, "-O", "-c", STUB_AND_WRONG],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
+def test_a_stub_is_reported_and_a_wrong_answer_raises_under_python_O(under_O):
+    assert printed_under_O(under_O, "stub and wrong").splitlines() == [
         ex.UNFINISHED.format(name="my_one_hot"),
         "None",
         "rejected: one 1 per vector",
@@ -1312,22 +1348,22 @@ def test_check_top_k_accepts_the_reference_and_a_softmax_over_the_kept_logits():
     assert ac.verify.check_top_k is check_top_k
 
 
-def test_check_top_k_reports_a_stub_and_holds_under_python_O():
+UNDER_O["check_top_k"] = (
+    "import numpy as np\nfrom attncourse.verify import CheckFailed, check_top_k\n"
+    "try:\n    check_top_k(lambda z, k: np.zeros_like(z))\n"
+    "except CheckFailed as e:\n"
+    "    print(e.property)\n"
+)
+
+
+def test_check_top_k_reports_a_stub_and_holds_under_python_O(under_O):
     from attncourse.verify.exercises import check_top_k
 
     def stub(logits, k):
         raise NotImplementedError("your code here")
 
     assert_reported_unfinished(check_top_k, stub, name="stub")
-    code = (
-        "import numpy as np\nfrom attncourse.verify import CheckFailed, check_top_k\n"
-        "try:\n    check_top_k(lambda z, k: np.zeros_like(z))\n"
-        "except CheckFailed as e:\n"
-        "    print(e.property)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = printed_under_O(under_O, "check_top_k")
     assert out.strip() == "keeps exactly k"
 
 
@@ -1544,20 +1580,20 @@ def test_check_clip_by_global_norm_names_the_registry_fault_and_a_wrong_result()
         )
 
 
-def test_check_clip_by_global_norm_reports_a_stub_and_holds_under_python_O():
+UNDER_O["check_clip_by_global_norm"] = (
+    "from attncourse.verify import CheckFailed, check_clip_by_global_norm\n"
+    "try:\n    check_clip_by_global_norm(lambda grads, max_norm: (grads, 0.0))\n"
+    "except CheckFailed as e:\n"
+    "    print(e.property)\n"
+)
+
+
+def test_check_clip_by_global_norm_reports_a_stub_and_holds_under_python_O(under_O):
     assert_reported_unfinished(ex.check_clip_by_global_norm, unfinished)
     error = failure(ex.check_clip_by_global_norm, lambda grads, max_norm: grads.norm)
     assert error.property == "returns (grads, norm)"
     assert "raised AttributeError" in error.detail and error.__cause__ is not None
-    code = (
-        "from attncourse.verify import CheckFailed, check_clip_by_global_norm\n"
-        "try:\n    check_clip_by_global_norm(lambda grads, max_norm: (grads, 0.0))\n"
-        "except CheckFailed as e:\n"
-        "    print(e.property)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = printed_under_O(under_O, "check_clip_by_global_norm")
     assert out.strip() == "the norm"
 
 
@@ -1679,17 +1715,17 @@ def test_check_top_p_accepts_the_reference_a_learner_and_a_softmax_over_the_kept
     assert "check_top_p" in ex.__all__ and "check_top_p" in ac.verify.__all__
 
 
-def test_check_top_p_reports_a_stub_and_holds_under_python_O():
+UNDER_O["check_top_p"] = (
+    "import numpy as np\nfrom attncourse.verify import CheckFailed, check_top_p\n"
+    "try:\n    check_top_p(lambda z, p: np.zeros_like(z))\n"
+    "except CheckFailed as e:\n"
+    "    print(e.property)\n"
+)
+
+
+def test_check_top_p_reports_a_stub_and_holds_under_python_O(under_O):
     assert_reported_unfinished(ex.check_top_p, unfinished)
-    code = (
-        "import numpy as np\nfrom attncourse.verify import CheckFailed, check_top_p\n"
-        "try:\n    check_top_p(lambda z, p: np.zeros_like(z))\n"
-        "except CheckFailed as e:\n"
-        "    print(e.property)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = printed_under_O(under_O, "check_top_p")
     assert out.strip() == "most probable always kept"
 
 
@@ -1836,17 +1872,17 @@ def test_check_tile_loop_accepts_a_learner_and_the_package():
     assert {"check_merge_states", "check_tile_loop"} <= set(ex.__all__)
 
 
-def test_the_chapter_9_checkers_hold_under_python_O():
-    code = (
-        "from attncourse.verify import CheckFailed\n"
-        "from attncourse.verify.exercises import check_merge_states\n"
-        "try:\n    check_merge_states(lambda a, b: b)\n"
-        "except CheckFailed as e:\n"
-        "    print(e.property)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+UNDER_O["chapter 9"] = (
+    "from attncourse.verify import CheckFailed\n"
+    "from attncourse.verify.exercises import check_merge_states\n"
+    "try:\n    check_merge_states(lambda a, b: b)\n"
+    "except CheckFailed as e:\n"
+    "    print(e.property)\n"
+)
+
+
+def test_the_chapter_9_checkers_hold_under_python_O(under_O):
+    out = printed_under_O(under_O, "chapter 9")
     assert out.strip() == "merged halves equal the whole"
 
 
@@ -2183,23 +2219,23 @@ def test_check_positions_backward_names_the_failed_property(fn, prop, fix):
     assert fix in error.fix
 
 
-def test_the_chapter_3_and_4_gradient_checkers_hold_under_python_O():
-    code = (
-        "import numpy as np\nfrom attncourse.verify import CheckFailed\n"
-        "from attncourse.verify import exercises as ex\n"
-        "from attncourse.layers.multihead import merge_heads\n"
-        "zeros = lambda X, Wq, Wk, Wv, G: {n: np.zeros((1,)) for n in\n"
-        "    ('dQ', 'dK', 'dV', 'dW_Q', 'dW_K', 'dW_V', 'dX')}\n"
-        "checks = [lambda: ex.check_head_backward(zeros),\n"
-        "          lambda: ex.check_split_merge(lambda Y, h: Y, merge_heads),\n"
-        "          lambda: ex.check_positions_backward(lambda dY, T: (0, 0))]\n"
-        "for check in checks:\n    try:\n"
-        "        check()\n    except CheckFailed as e:\n"
-        "        print(e.property)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+UNDER_O["chapters 3 and 4"] = (
+    "import numpy as np\nfrom attncourse.verify import CheckFailed\n"
+    "from attncourse.verify import exercises as ex\n"
+    "from attncourse.layers.multihead import merge_heads\n"
+    "zeros = lambda X, Wq, Wk, Wv, G: {n: np.zeros((1,)) for n in\n"
+    "    ('dQ', 'dK', 'dV', 'dW_Q', 'dW_K', 'dW_V', 'dX')}\n"
+    "checks = [lambda: ex.check_head_backward(zeros),\n"
+    "          lambda: ex.check_split_merge(lambda Y, h: Y, merge_heads),\n"
+    "          lambda: ex.check_positions_backward(lambda dY, T: (0, 0))]\n"
+    "for check in checks:\n    try:\n"
+    "        check()\n    except CheckFailed as e:\n"
+    "        print(e.property)\n"
+)
+
+
+def test_the_chapter_3_and_4_gradient_checkers_hold_under_python_O(under_O):
+    out = printed_under_O(under_O, "chapters 3 and 4")
     assert out.split("\n")[:3] == [
         "returns the seven gradients",
         "split: shape",
@@ -2425,22 +2461,22 @@ def test_check_cache_memory_compares_with_real_caches():
     assert (3, 4, 8, 8, 4, cache_nbytes(cache) // 2) in cases
 
 
-def test_the_chapter_10_checkers_hold_under_python_O():
-    code = (
-        "from attncourse.verify import CheckFailed\n"
-        "from attncourse.verify import exercises as ex\n"
-        "from attncourse.layers.attention import causal_attention\n"
-        "def no_check(q, k, v, query_offset=0, dropout=None):\n"
-        "    return causal_attention(q, k, v, max(query_offset, 0))\n"
-        "checks = [lambda: ex.check_query_offset(no_check),\n"
-        "          lambda: ex.check_cache_memory(lambda L, H, D, t, b: 0)]\n"
-        "for check in checks:\n    try:\n"
-        "        check()\n    except CheckFailed as e:\n"
-        "        print(e.property)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+UNDER_O["chapter 10"] = (
+    "from attncourse.verify import CheckFailed\n"
+    "from attncourse.verify import exercises as ex\n"
+    "from attncourse.layers.attention import causal_attention\n"
+    "def no_check(q, k, v, query_offset=0, dropout=None):\n"
+    "    return causal_attention(q, k, v, max(query_offset, 0))\n"
+    "checks = [lambda: ex.check_query_offset(no_check),\n"
+    "          lambda: ex.check_cache_memory(lambda L, H, D, t, b: 0)]\n"
+    "for check in checks:\n    try:\n"
+    "        check()\n    except CheckFailed as e:\n"
+    "        print(e.property)\n"
+)
+
+
+def test_the_chapter_10_checkers_hold_under_python_O(under_O):
+    out = printed_under_O(under_O, "chapter 10")
     assert out.split("\n")[:2] == [
         "bad offsets raise ValueError",
         "equals the nbytes of a real cache",

@@ -110,24 +110,33 @@ def test_long_lines_counts_notebook_code_cells_only(tmp_path):
     assert long_lines(module) == [(2, 89), (3, len(long))]
 
 
-def test_import_attncourse_does_not_import_sympy_or_matplotlib():
+@pytest.fixture(scope="module")
+def imported():
+    """What a fresh interpreter holds after ``import attncourse`` (line 1), then after
+    ``import attncourse.symbolic`` (line 2), and what it wrote to stderr: one process
+    for both tests below."""
     code = (
         "import sys, attncourse; "
-        "print(sorted(m for m in ('sympy', 'matplotlib') if m in sys.modules))"
+        "print(sorted(m for m in ('sympy', 'matplotlib') if m in sys.modules), "
+        "flush=True); "
+        "import attncourse.symbolic; print('sympy' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "[]"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    return result.stdout.splitlines() + ["", ""], result.stderr
 
 
-def test_the_import_check_sees_sympy_when_it_is_imported():
-    # fault control for the check above: importing the symbolic module does load sympy
-    code = "import sys, attncourse.symbolic; print('sympy' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "True"
+def test_import_attncourse_does_not_import_sympy_or_matplotlib(imported):
+    lines, stderr = imported
+    assert lines[0].strip() == "[]", stderr
+
+
+def test_the_import_check_sees_sympy_when_it_is_imported(imported):
+    # fault control for the check above: importing the symbolic module does load sympy,
+    # and the same test of sys.modules, in the same process, sees it
+    lines, stderr = imported
+    assert lines[1].strip() == "True", stderr
 
 
 def test_the_top_level_api_is_curated_and_importable():
