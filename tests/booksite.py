@@ -13,6 +13,7 @@ True
 """
 
 import contextlib
+import dataclasses
 import fcntl
 import functools
 import hashlib
@@ -34,6 +35,8 @@ __all__ = [
     "CDN_HOSTS", "cdn_references", "external_resources", "raw_tex_fragments", "element_ids",
     "link_problems", "page_problems", "chapter_problems", "unreferenced_equations", "COLLECT_FACTS_JS", "CHAPTER_FACTS_JS",
     "LAYOUTS", "LAYOUT_FACTS_JS", "layout_problems", "machine_paths", "absolute_path_leaks", "path_leaks_in_build",
+    "Record", "open_page", "judge", "assert_none", "search", "judge_from_disk",
+    "FAULT_PAGES", "write_fault_pages", "SCREENSHOT_SUFFIX", "take_screenshot",
 ]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -603,6 +606,200 @@ def layout_problems(facts, layout):
         if overflow and not allowed:
             problems += [f"{b['kind']} {o} at {b['where']}" for o in overflow]
     return problems
+
+
+# ------------------------------------------------------- driving a page in the browser
+# Shared by the browser tests (test_browser*.py); ``context`` is what chromium() yields.
+
+REFRESH = re.compile(r"<meta[^>]+http-equiv=[\"']?refresh", re.IGNORECASE)
+
+
+@dataclasses.dataclass
+class Record:
+    """What one page did while it loaded."""
+    external: list = dataclasses.field(default_factory=list)   # requests that would leave the machine
+    console: list = dataclasses.field(default_factory=list)    # console errors and uncaught exceptions
+    failed: list = dataclasses.field(default_factory=list)     # local resources that failed to load
+    local: list = dataclasses.field(default_factory=list)      # local resources that loaded
+
+
+def open_page(context, url, local_prefix, source="", viewport=None):
+    """Open ``url`` in a new tab, refusing every request outside ``local_prefix``.
+
+    ``source`` is the page's HTML as stored (to recognise a redirect page, whose target is judged);
+    ``viewport`` a window size other than the context's. Returns the tab, its Record and
+    the facts of COLLECT_FACTS_JS. Close the tab after use.
+    """
+    page = context.new_page()
+    if viewport:
+        page.set_viewport_size(viewport)
+    record = Record()
+
+    def is_local(u):
+        return u.startswith(local_prefix) or u.startswith(("data:", "blob:", "about:"))
+
+    def on_request(request):
+        if not is_local(request.url):
+            record.external.append(request.url)
+
+    def on_response(response):
+        if is_local(response.url) and response.url.startswith(("http", "file")):
+            (record.failed if response.status >= 400 else record.local).append(f"{response.status} {response.url}")
+
+    def on_failed(request):
+        if is_local(request.url):
+            record.failed.append(f"{request.failure} {request.url}")
+
+    def on_console(message):
+        if message.type == "error":
+            where = message.location.get("url", "")
+            record.console.append(f"console error: {message.text}" + (f" (at {where})" if where else ""))
+
+    page.on("request", on_request)
+    page.on("response", on_response)
+    page.on("requestfailed", on_failed)
+    page.on("console", on_console)
+    page.on("pageerror", lambda error: record.console.append(f"uncaught exception: {error}"))
+    page.route(lambda u: not is_local(u), lambda route: route.abort("blockedbyclient"))
+    page.goto(url, wait_until="load", timeout=30_000)
+    if REFRESH.search(source):  # a redirect page (index.html is one): judge the page it leads to
+        page.wait_for_url(lambda u: u != url, wait_until="load", timeout=30_000)
+    facts = page.evaluate(COLLECT_FACTS_JS)
+    return page, record, facts
+
+
+def judge(record, facts, origin=None, folder=None):
+    """All problems of one visit, by check; the link check runs when ``origin`` and ``folder`` are given."""
+    problems = page_problems(facts)
+    problems["console"] = list(record.console)
+    problems["network"] = [f"request to the network: {u}" for u in record.external]
+    problems["resources"] = [f"local resource failed: {f}" for f in record.failed]
+    if origin is not None:
+        problems["links"] = link_problems(facts["links"], origin, folder)
+    return problems
+
+
+def assert_none(problems):
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(problems)
+
+
+
+#: The screenshots' file type. Chromium captures and encodes a full-page JPEG with less
+#: CPU time than a PNG of the same page (chapters are 15 000 to 40 000 px tall).
+SCREENSHOT_SUFFIX = ".jpg"
+
+
+def take_screenshot(page, path):
+    """Write all of ``page`` (its whole height, at the window's width) to ``path``."""
+    page.screenshot(path=str(path), full_page=True, type="jpeg", quality=80)
+
+
+def search(browser, url, local_prefix, screenshot=None):
+    """Run a search page; return (result links, problems seen while searching)."""
+    page, record, _ = open_page(browser, url, local_prefix)
+    try:
+        page.wait_for_function(
+            "() => { const h = document.querySelector('#search-results h2');"
+            " return h && h.textContent.trim() === 'Search Results'; }", timeout=20_000)
+        hits = page.eval_on_selector_all("#search-results ul.search li a",
+                                         "as => as.map(a => ({href: a.href, raw: a.getAttribute('href')}))")
+        if screenshot:
+            take_screenshot(page, screenshot)
+    finally:
+        page.close()
+    return hits, record
+
+
+def judge_from_disk(browser, folder, rel):
+    """Open ``folder/rel`` from disk (``file://``) and judge it; returns {check: [problems]}."""
+    page, record, facts = open_page(browser, (folder / rel).as_uri(), folder.as_uri() + "/",
+                                    (folder / rel).read_text())
+    page.close()
+    return judge(record, facts)
+
+
+
+# ----------------------------------------------------------------- planted fault pages
+# Small synthetic pages with planted faults, served like the book, must be flagged by
+# the same functions; a clean page must pass. The pages borrow the book's _static
+# (MathJax, togglebutton).
+
+def synthetic(body, head=""):
+    return f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>t</title>{head}</head><body>{body}</body></html>"
+
+
+MATHJAX = "<script defer src='_static/mathjax/tex-chtml.js'></script>"
+TOGGLE = ("<link rel='stylesheet' href='_static/togglebutton.css'>"
+          "<script>let toggleHintShow = 'Click to show'; let toggleHintHide = 'Click to hide';"
+          " let toggleOpenOnPrint = 'true'; var togglebuttonSelector = '.toggle, .admonition.dropdown';</script>"
+          "<script src='_static/togglebutton.js'></script>")
+
+GOALS = "<h1>Chapter 9</h1><p>Why.</p><p><strong>Learning goals</strong></p><ul><li>one</li></ul>"
+EQUATION = ("<section id='s'><h2>Scores</h2><div class='math notranslate nohighlight' id='equation-eq-s'>"
+            "<span class='eqno'>(1)</span>\\[S = QK^\\top\\]</div>"
+            "<p>By <a class='reference internal' href='#equation-eq-s'>(1)</a>.</p></section>")
+SUMMARY = "<section id='summary'><h2>Summary</h2><p>Done.</p></section>"
+EXERCISE = ("<div class='exercise admonition' id='ex-1'><p class='admonition-title'>Exercise 1</p>"
+            "<section><p>Do it.</p></section></div>")
+SOLUTION = ("<div class='solution dropdown admonition' id='sol-1'><p class='admonition-title'>Solution to"
+            "<a class='reference internal' href='#ex-1'> Exercise 1</a></p><section><p>Answer.</p></section></div>")
+
+
+def chapter_page(goals=GOALS, equation=EQUATION, summary=SUMMARY, exercise=EXERCISE, solution=SOLUTION):
+    body = f"<article>{goals}{equation}{summary}<section id='ex'><h2>Exercises</h2>{exercise}{solution}</section></article>"
+    return synthetic(body, MATHJAX + TOGGLE)
+
+
+FAULT_PAGES = {
+    "clean.html": synthetic("<p>Inline <span class='math'>\\(x^2\\)</span>, displayed:</p>"
+                            "<div class='math'>\\[\\frac{a}{b}\\]</div><p id='here'>Text, $5 and <code>$$</code>.</p>"
+                            "<img src='dot.png' alt='a dot'><a href='clean.html#here'>ok</a><a href='#here'>ok</a>"
+                            "<a href='https://example.org/elsewhere'>a hyperlink elsewhere</a>", MATHJAX),
+    "raw_tex.html": synthetic("<p>Forgot: $$x^2$$ and \\(a\\) and \\begin{align}b\\end{align} and $\\alpha$.</p>"
+                              "<span class='math'>\\(y\\)</span>"),
+    "broken_image.html": synthetic("<img src='missing.png' alt='gone'>"),
+    # MathJax typesets, but its fonts are looked for in a folder that does not exist
+    "mathjax_font_missing.html": synthetic("<p>Inline <span class='math'>\\(x^2\\)</span>.</p>",
+                                           "<script>MathJax = {chtml: {fontURL: '_static/mathjax/no-such-fonts'}};"
+                                           "</script>" + MATHJAX),
+    # visible text set in a web font whose file is missing
+    "font_missing.html": synthetic("<p style='font-family: PlantedFace'>Visible text.</p>",
+                                   "<style>@font-face { font-family: PlantedFace;"
+                                   " src: url('no-such-font.woff2') format('woff2'); }</style>"),
+    "dead_links.html": synthetic("<a href='nowhere.html'>dead page</a> <a href='clean.html#no-such-anchor'>dead anchor</a>"
+                                 " <a href='clean.html#here'>fine</a> <a href='https://example.org/'>external hyperlink</a>"),
+    "console_error.html": synthetic("<script>console.error('planted');</script><script>throw new Error('planted throw');</script>"),
+    "external.html": synthetic("<p>loads</p>", "<script src='https://unpkg.com/thebe@0.8.2/lib/index.js'></script>"
+                               "<link rel='stylesheet' href='https://fonts.googleapis.com/css?family=Roboto'>"),
+    "chapter_good.html": chapter_page(),
+    "chapter_numbered.html": chapter_page(summary=SUMMARY.replace(
+        "<h2>Summary</h2>", "<h2><span class='section-number'>9.3. </span>Summary</h2>")),
+    "chapter_no_goals.html": chapter_page(goals="<h1>Chapter 9</h1><p>Why.</p>"),
+    "chapter_late_goals.html": chapter_page(goals="<h1>Chapter 9</h1>", summary=SUMMARY.replace(
+        "<p>Done.</p>", "<p><strong>Learning goals</strong></p><ul><li>one</li></ul>")),
+    "chapter_goals_no_list.html": chapter_page(goals="<h1>Chapter 9</h1><p><strong>Learning goals</strong></p><p>prose</p>"),
+    "chapter_no_summary.html": chapter_page(summary=""),
+    "chapter_section_after_summary.html": chapter_page(summary=SUMMARY + "<section id='more'><h2>More derivations</h2></section>"),
+    "chapter_no_equation.html": chapter_page(equation="<section id='s'><h2>Scores</h2><p>No maths.</p></section>"),
+    "chapter_unreferenced_equation.html": chapter_page(equation=EQUATION.replace(
+        "<a class='reference internal' href='#equation-eq-s'>(1)</a>", "equation one")),
+    "chapter_one_equation_uncited.html": chapter_page(equation=EQUATION + EQUATION.replace("eq-s", "eq-t").replace(
+        "<a class='reference internal' href='#equation-eq-t'>(1)</a>", "equation two")),
+    "chapter_no_exercise.html": chapter_page(exercise="", solution=""),
+    "chapter_no_solution.html": chapter_page(solution=""),
+    "chapter_solution_not_dropdown.html": chapter_page(solution=SOLUTION.replace("solution dropdown admonition",
+                                                                                  "solution admonition")),
+}
+
+
+def write_fault_pages(folder, html):
+    """Write FAULT_PAGES into ``folder``, linking ``html``'s _static; return it."""
+    folder = pathlib.Path(folder)
+    (folder / "_static").symlink_to(html / "_static", target_is_directory=True)
+    shutil.copy(next((html / "_static").rglob("*.png")), folder / "dot.png")
+    for name, text in FAULT_PAGES.items():
+        (folder / name).write_text(text)
+    return folder
 
 
 # ------------------------------------------------------------ paths of the machine that built it

@@ -16,8 +16,10 @@ recorded. A chapter is opened in the same headless Chromium the book tests use, 
   solution (between ``{solution-start}`` and ``{solution-end}``) have their input folded.
 
 Fault controls: a notebook with planted mistakes (an unknown directive, a solution that is not a
-dropdown, an unfolded solution code cell, broken TeX) must be flagged cell by cell, and a chapter
-opened in JupyterLab with the jupyterlab-myst extension disabled must fail the same checks.
+dropdown, an unfolded solution code cell, broken TeX) must be flagged cell by cell, and
+a chapter's own cells (an excerpt holding its first ``{math}`` block, its first ``{eq}``
+reference and its first exercise with its solution: ``chapter_excerpt``) opened in
+JupyterLab with the jupyterlab-myst extension disabled must fail the same checks.
 
 A screenshot of each notebook opened lands in ``_build/screenshots/jupyterlab/``. Without a
 Chromium these tests skip, except under CI (``CI=true``), where they fail.
@@ -428,12 +430,48 @@ def test_fault_control_planted_mistakes_are_flagged_cell_by_cell(browser, lab, w
     assert any("not folded" in p for p in flagged[where["unfolded solution code"]])
 
 
+def chapter_excerpt(notebook):
+    """The cells of a chapter ``notebook`` that hold each construct jupyterlab-myst
+    renders, in order: the first markdown cell with a ``{math}`` block, the first with
+    an ``{eq}`` reference, and every cell from the first exercise to the end of its
+    solution."""
+    cells = notebook["cells"]
+
+    def source(cell):
+        text = cell["source"]
+        return "".join(text) if isinstance(text, list) else text
+
+    def names(cell):
+        if cell["cell_type"] != "markdown":
+            return set()
+        return set(_DIRECTIVE.findall(source(cell)))
+
+    def cites(cell):
+        return cell["cell_type"] == "markdown" and "{eq}" in source(cell)
+
+    keep = {next(i for i, c in enumerate(cells) if "math" in names(c)),
+            next(i for i, c in enumerate(cells) if cites(c))}
+    start = next(i for i, c in enumerate(cells) if "exercise" in names(c))
+    end = next(i for i in range(start, len(cells))
+               if names(cells[i]) & {"solution", "solution-end"})
+    keep.update(range(start, end + 1))
+    return {**notebook, "cells": [cells[i] for i in sorted(keep)]}
+
+
 def test_fault_control_a_chapter_without_jupyterlab_myst_fails(browser, workdir):
-    # The same chapter, in a JupyterLab whose MyST extension is disabled: plain markdown rendering
-    # shows the {math} blocks as code, {eq} roles and directives as text, solutions unfolded.
+    # The chapter's own cells (chapter_excerpt: a {math} block, an {eq} reference, an
+    # exercise and its solution), in a JupyterLab whose MyST extension is disabled:
+    # plain markdown rendering shows the {math} blocks as code, {eq} roles and
+    # directives as text, solutions unfolded. Every kind of cell the four assertions
+    # look at is in the excerpt, so the whole chapter, longer to render, would prove
+    # nothing more.
     _require_jupyterlab()
-    relpath = f"chapters/{CHAPTERS[0]}.ipynb"
-    notebook = read_notebook(workdir / relpath)
+    chapter = read_notebook(workdir / f"chapters/{CHAPTERS[0]}.ipynb")
+    notebook = chapter_excerpt(chapter)
+    want = expected(notebook)
+    assert want["display_math"] >= 1 and want["solutions"] >= 1, want
+    relpath = f"chapters/{CHAPTERS[0]}-excerpt.ipynb"
+    (workdir / relpath).write_text(json.dumps(notebook))
     with JupyterLab(workdir, myst=False) as plain:
         cells, _ = open_notebook(browser, plain, relpath)
     problems = notebook_problems(notebook, cells)
