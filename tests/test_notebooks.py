@@ -1,13 +1,14 @@
 """The learner's route through the chapter notebooks: Run All, Colab and Binder.
 
 "Run All" in a plain kernel completes. No chapter cell is exempt from execution (no
-``raises-exception`` or skip tag), so nbval, which runs every chapter in the test
-command, executes each one as "Run All" does and fails on any exception; the hook in the
-root ``conftest.py`` also fails an exercise cell that does not print the one-line "not
-done yet" notice. Executing every chapter a third time here would add minutes; instead,
-these fast tests assert the premises (no exemptions, every stub passed to a checker),
-test the hook's rule, and run small notebooks in a plain kernel with nbclient to show
-that a stub lets Run All go on while a wrong answer still stops it.
+``raises-exception`` or skip tag), so nbval, which runs every chapter once (in the
+build command, or in the test command when the chapter has no current record: see
+tools/nbrecord.py), executes each one as "Run All" does and fails on any exception; the
+hook in the root ``conftest.py`` also fails an exercise cell that does not print the
+one-line "not done yet" notice. Executing every chapter once more here would add
+minutes; instead, these fast tests assert the premises (no exemptions, every stub passed
+to a checker), test the hook's rule, and run small notebooks in a plain kernel with
+nbclient to show that a stub lets Run All go on while a wrong answer still stops it.
 
 Colab and Binder: the first code cell of every chapter installs the course package when
 it is missing, from the address in ``_config.yml`` (tools/notebook_setup.py writes it).
