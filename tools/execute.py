@@ -59,9 +59,8 @@ def main():
         if record is None:
             sys.exit(f"{path.relative_to(ROOT)} passed but left no current record")
         executed = nbformat.reads(record["executed"], as_version=4)
-        cache.cache_notebook_bundle(
-            CacheBundleIn(executed, str(path), data={"nbval_key": record["key"]}),
-            check_validity=False, overwrite=True)
+        cache.cache_notebook_bundle(CacheBundleIn(executed, str(path)),
+                                    check_validity=False, overwrite=True)
     seconds = sum(record["seconds"] for record in records.values())
     print(f"{len(notebooks)} chapters passed under nbval in "
           f"{time.perf_counter() - start:.0f} s ({os.cpu_count()} cores; "

@@ -96,7 +96,6 @@ def write_record(path, executed, seconds):
     target = record_path(path)
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text(json.dumps({
-        "chapter": pathlib.Path(path).name,
         "key": chapter_key(path),
         "seconds": round(seconds, 1),
         "executed": executed,
