@@ -203,6 +203,35 @@ class LoopbackServer:
         return f"{self.origin}/{urllib.parse.quote(relpath)}"
 
 
+class DiskSite:
+    """A folder opened straight from disk (``file://``), with LoopbackServer's ``origin``
+    and ``url``: what a reader with the folder and no network sees."""
+
+    def __init__(self, folder):
+        self.folder = pathlib.Path(folder).resolve()
+        self.origin = self.folder.as_uri()
+
+    def url(self, relpath):
+        return (self.folder / relpath).as_uri()
+
+
+def site_path(href, origin):
+    """The path of ``href`` inside the site at ``origin`` (served or on disk), or None
+    when ``href`` lies outside it.
+
+    >>> site_path("http://127.0.0.1:8000/chapters/a%20b.html#x", "http://127.0.0.1:8000")
+    'chapters/a b.html'
+    >>> site_path("file:///tmp/html/book/intro.html", "file:///tmp/html")
+    'book/intro.html'
+    >>> site_path("file:///tmp/other/intro.html", "file:///tmp/html") is None
+    True
+    """
+    if not href.startswith(origin + "/"):
+        return None
+    base = urllib.parse.unquote(urllib.parse.urlsplit(origin).path)
+    return urllib.parse.unquote(urllib.parse.urlsplit(href).path)[len(base):].lstrip("/")
+
+
 # ---------------------------------------------------------------- static checks of HTML text
 
 #: Hosts that serve third-party files to pages (CDNs, web fonts, analytics, comments).
@@ -312,19 +341,20 @@ def link_problems(links, origin, folder):
     """Internal links among ``links`` that lead to no built file, or to an anchor the target lacks.
 
     ``links`` are dicts with the resolved ``href`` (as ``a.href`` gives it) and the ``raw`` attribute;
-    a link is internal when its resolved URL starts with ``origin`` (the served ``folder``).
-    Links to other hosts are hyperlinks a reader may follow, not part of this check.
+    a link is internal when its resolved URL starts with ``origin`` (``folder`` served over
+    HTTP, or opened from disk: see site_path). Links to other hosts are hyperlinks a reader
+    may follow, not part of this check.
     """
     problems = []
     folder = pathlib.Path(folder)
     for link in links:
         href = link["href"]
-        if not href.startswith(origin + "/"):
+        path = site_path(href, origin)
+        if path is None:
             continue
         parts = urllib.parse.urlsplit(href)
-        path = urllib.parse.unquote(parts.path)
-        target = folder / path.lstrip("/")
-        if path.endswith("/"):
+        target = folder / path
+        if path.endswith("/") or not path:
             target = target / "index.html"
         try:
             target.resolve().relative_to(folder.resolve())
@@ -711,11 +741,13 @@ def search(browser, url, local_prefix, screenshot=None):
 
 
 def judge_from_disk(browser, folder, rel):
-    """Open ``folder/rel`` from disk (``file://``) and judge it; returns {check: [problems]}."""
-    page, record, facts = open_page(browser, (folder / rel).as_uri(), folder.as_uri() + "/",
+    """Open ``folder/rel`` from disk (``file://``) and judge it, its links included;
+    returns {check: [problems]}."""
+    disk = DiskSite(folder)
+    page, record, facts = open_page(browser, disk.url(rel), disk.origin + "/",
                                     (folder / rel).read_text())
     page.close()
-    return judge(record, facts)
+    return judge(record, facts, disk.origin, folder)
 
 
 

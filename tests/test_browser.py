@@ -1,18 +1,21 @@
 """Every page of the built book, opened in headless Chromium with the network off.
 
-The book (``_build/html``, or ``$BOOK_HTML``) is built first if it is missing, then served from a
-loopback HTTP server; every request to anywhere else is recorded and refused. For each page the
-tests assert: mathematics typeset by MathJax with its fonts loaded locally and no raw TeX left
-visible, every image loaded, no console error, no request that left the machine, every internal
-link leading to a built page and an existing anchor. The search page must find
-"softmax", and each chapter page must have learning goals, a summary, referenced
-numbered equations, and exercises whose solutions open as dropdowns. Every page must fit
-a 1280 px window and a 390 px phone (the criteria are written above ``layouts`` below).
-One screenshot per page (a full-page JPEG) is written to ``_build/screenshots/``.
-Planted faults show that each check can fail. Every page is also opened from disk
-(``file://``), as a reader with the folder and no network would, by
-tests/test_browser_disk.py (a file of its own, so that pytest-xdist runs it beside this
-one).
+The book (``_build/html``, or ``$BOOK_HTML``) is built first if it is missing. Every page is
+opened straight from disk (``file://``), as a reader with the folder and no network opens it;
+every request that leaves the folder is recorded and refused. From disk is the stricter
+setting: a path from the site's root (``/_static/...``) or a fetch of a local file, which a
+server would answer, fails there. For each page the tests assert:
+mathematics typeset by MathJax with its fonts loaded locally and no raw TeX left visible,
+every image loaded, no console error, no request that left the folder, every internal link
+leading to a built page and an existing anchor. Each chapter page must have learning goals,
+a summary, referenced numbered equations, and exercises whose solutions open as dropdowns.
+Every page must fit a 1280 px window and a 390 px phone (the criteria are written above
+``layouts`` below). One screenshot per page (a full-page JPEG) is written to
+``_build/screenshots/``. The book served from a loopback HTTP server, as it is published,
+is tested too: the front page and a chapter pass the same checks, the search page finds
+"softmax", and MathJax's accessibility tools load. Planted faults show that each check can
+fail, served (here) and from disk (tests/test_browser_disk.py, with the search from disk:
+a file of its own, so that pytest-xdist runs it beside this one).
 
 Without a Chromium these tests skip, except under CI (``CI=true``), where they fail.
 """
@@ -83,8 +86,15 @@ def html():
 
 @pytest.fixture(scope="module")
 def site(html):
+    """The book served over loopback HTTP, as it is published."""
     with booksite.LoopbackServer(html) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def disk(html):
+    """The book opened from disk, as a reader with the folder reads it."""
+    return booksite.DiskSite(html)
 
 
 @pytest.fixture(scope="module")
@@ -111,19 +121,19 @@ def measure_layouts(page):
 
 
 @pytest.fixture(scope="module")
-def visits(browser, site, html, screenshots):
-    """Open every built page once over loopback HTTP: judge it, screenshot it, read chapter facts,
+def visits(browser, disk, html, screenshots):
+    """Open every built page once from disk: judge it, screenshot it, read chapter facts,
     then measure its layout at every size (last: measuring unfolds the solutions)."""
     result = {}
     for rel in booksite.book_pages(html):
-        page, record, facts = open_page(browser, site.url(rel), site.origin + "/", (html / rel).read_text())
+        page, record, facts = open_page(browser, disk.url(rel), disk.origin + "/", (html / rel).read_text())
         try:
             booksite.take_screenshot(page, screenshots / screenshot_name(rel))
             chapter = page.evaluate(booksite.CHAPTER_FACTS_JS, rel) if rel.startswith("chapters/") else None
             layouts = measure_layouts(page)
         finally:
             page.close()
-        problems = judge(record, facts, site.origin, html)
+        problems = judge(record, facts, disk.origin, html)
         result[rel] = Visit(problems, facts, record, chapter, layouts)
     return result
 
@@ -191,22 +201,23 @@ def equation_references(visits, origin):
     refs = set()
     for visit in visits.values():
         for link in visit.facts["links"]:
-            parts = urllib.parse.urlsplit(link["href"])
-            if not link["headerlink"] and link["href"].startswith(origin) and parts.fragment.startswith("equation-"):
-                refs.add((urllib.parse.unquote(parts.path).lstrip("/"), urllib.parse.unquote(parts.fragment)))
+            path = booksite.site_path(link["href"], origin)
+            fragment = urllib.parse.unquote(urllib.parse.urlsplit(link["href"]).fragment)
+            if not link["headerlink"] and path is not None and fragment.startswith("equation-"):
+                refs.add((path, fragment))
     return refs
 
 
-def test_chapter_pages_have_goals_summary_equations_and_exercises(visits, site):
-    refs = equation_references(visits, site.origin)
+def test_chapter_pages_have_goals_summary_equations_and_exercises(visits, disk):
+    refs = equation_references(visits, disk.origin)
     problems = [f"{page}: {p}" for page, visit in visits.items() if visit.chapter
                 for p in booksite.chapter_problems(visit.chapter, refs)]
     assert_none(problems)
 
 
-def test_every_numbered_equation_is_referenced_from_the_prose(visits, site):
+def test_every_numbered_equation_is_referenced_from_the_prose(visits, disk):
     # An equation gets a number so that the prose can point to it; a number nobody cites is noise.
-    refs = equation_references(visits, site.origin)
+    refs = equation_references(visits, disk.origin)
     problems = [f"{page}: numbered equation #{a} is never referenced from the prose"
                 for page, visit in visits.items() if visit.chapter
                 for a in booksite.unreferenced_equations(visit.chapter, refs)]
@@ -275,14 +286,14 @@ PLANTED = {"laptop": {"planted-code", "planted-clipped", "planted-output", "plan
 
 
 @pytest.fixture(scope="module")
-def fresh_windows(browser, site, html):
+def fresh_windows(browser, disk, html):
     """The first chapter opened in a tab of each size of booksite.LAYOUTS, by layout:
     the page, LAYOUT_FACTS_JS, what PLANT_WIDE_CONTENT_JS returned, LAYOUT_FACTS_JS
     again."""
     rel = booksite.chapter_pages(html)[0]
     result = {}
     for layout, viewport in booksite.LAYOUTS.items():
-        page, _, _ = open_page(browser, site.url(rel), site.origin + "/",
+        page, _, _ = open_page(browser, disk.url(rel), disk.origin + "/",
                                viewport=viewport)
         try:
             before = page.evaluate(booksite.LAYOUT_FACTS_JS)
@@ -314,6 +325,21 @@ def test_one_tab_measures_what_a_fresh_window_does(layouts, fresh_windows, layou
     width = booksite.LAYOUTS[layout]["width"]
     assert layouts[layout, rel] == fresh, f"{rel} at {width} px"
 
+
+
+def test_pages_served_over_http_pass_every_check(browser, site, html, visits):
+    # The pages opened from disk above are the stricter test; served as published, the
+    # front page (a redirect) and a chapter must pass the same checks, links included.
+    served = {}
+    for rel in ("index.html", booksite.chapter_pages(html)[0]):
+        page, record, facts = open_page(browser, site.url(rel), site.origin + "/",
+                                        (html / rel).read_text())
+        page.close()
+        served[rel] = judge(record, facts, site.origin, html)
+        assert facts["links"] and visits[rel].facts["links"], rel
+        assert len(facts["links"]) == len(visits[rel].facts["links"]), rel
+    assert_none([f"{rel} (http): {p}" for rel, checks in served.items()
+                 for problems in checks.values() for p in problems])
 
 
 def test_search_finds_softmax(browser, site, html, screenshots):

@@ -1,11 +1,12 @@
-"""Every page of the built book opened from disk (``file://``) in headless Chromium.
+"""The built book opened from disk (``file://``) in headless Chromium: search, and the
+checks' fault controls.
 
-A reader with the folder and no network opens the pages straight from disk. Each page
-must pass the checks tests/test_browser.py makes over loopback HTTP (booksite.judge):
+A reader with the folder and no network opens the pages straight from disk.
+tests/test_browser.py opens every page that way and judges it (booksite.judge:
 mathematics typeset with its fonts loaded, no raw TeX visible, every image loaded, no
-console error, no request that left the machine, no local resource that failed. The
-search page must find "softmax" from disk too. Planted faults opened from disk show that
-the checks can fail.
+console error, no request that left the folder, no local resource that failed, every
+internal link and anchor resolving). Here the search page must find "softmax" from disk,
+and planted faults opened from disk show that those checks can fail there.
 
 This is a file of its own, with its own Chromium, so that pytest-xdist
 (``--dist loadfile``) runs it beside tests/test_browser.py. Without a Chromium these
@@ -37,18 +38,6 @@ def fault_folder(html, tmp_path_factory):
     return booksite.write_fault_pages(tmp_path_factory.mktemp("fault-pages"), html)
 
 
-def test_every_page_works_opened_from_disk(browser, html):
-    pages = booksite.book_pages(html)
-    assert "index.html" in pages, pages
-    assert any(p.startswith("chapters/") for p in pages), pages
-    problems = []
-    for rel in pages:
-        checks = judge_from_disk(browser, html, rel)
-        problems += [f"{rel} (file://): {p}"
-                     for check in checks.values() for p in check]
-    assert_none(problems)
-
-
 def test_search_finds_softmax_opened_from_disk(browser, html):
     url = (html / "search.html").as_uri() + "?q=softmax"
     hits, record = search(browser, url, html.as_uri() + "/")
@@ -70,3 +59,26 @@ def test_fault_control_faults_are_flagged_opened_from_disk(browser, fault_folder
     assert any("missing.png" in f for f in image["resources"])
     fonts = judge_from_disk(browser, folder, "mathjax_font_missing.html")["fonts"]
     assert fonts[0] == "no MathJax font was loaded" and len(fonts) > 1
+    links = judge_from_disk(browser, folder, "dead_links.html")["links"]
+    assert len(links) == 2, links
+    assert "'nowhere.html' -> no built file" in links[0]
+    assert "no anchor #no-such-anchor" in links[1]
+    console = judge_from_disk(browser, folder, "console_error.html")["console"]
+    assert any("planted throw" in p and p.startswith("uncaught exception") for p in console)
+    network = judge_from_disk(browser, folder, "external.html")["network"]
+    assert len(network) == 2 and any("unpkg.com" in p for p in network), network
+
+
+def test_fault_control_a_path_from_the_root_fails_only_from_disk(browser, fault_folder):
+    # Why every page is judged from disk: served from the folder's root, an image at
+    # "/dot.png" loads; opened from disk, the same page looks for it at the root of the
+    # file system and fails.
+    (fault_folder / "root_path.html").write_text(booksite.synthetic("<img src='/dot.png' alt='dot'>"))
+    with booksite.LoopbackServer(fault_folder) as server:
+        page, record, facts = booksite.open_page(browser, server.url("root_path.html"),
+                                                 server.origin + "/")
+        page.close()
+    served = booksite.judge(record, facts, server.origin, fault_folder)
+    assert served == {check: [] for check in served}
+    from_disk = judge_from_disk(browser, fault_folder, "root_path.html")
+    assert from_disk["images"] == ["image not loaded: /dot.png"], from_disk
