@@ -5,6 +5,7 @@ import importlib
 import json
 import pathlib
 import pkgutil
+import re
 import subprocess
 import sys
 
@@ -184,3 +185,31 @@ def test_the_version_is_written_once_and_read_from_the_installed_metadata():
     assert attncourse.__version__ == declared
     source = (ROOT / "src" / "attncourse" / "__init__.py").read_text()
     assert declared not in source  # not written a second time
+
+
+def excluded_names(text):
+    """The package names of an excludes file (requirements format, one name a line).
+
+    >>> excluded_names("# why\\nrfc3987-syntax  # a reason\\n\\nFoo_Bar\\n")
+    ['rfc3987-syntax', 'foo-bar']
+    """
+    names = []
+    for line in text.splitlines():
+        name = line.split("#", 1)[0].strip()
+        if name:
+            names.append(re.sub(r"[-_.]+", "-", name).lower())
+    return names
+
+
+def test_the_excluded_packages_are_locked_and_every_install_leaves_them_out():
+    # excludes.txt names what the README's uv install leaves out; each name must be a
+    # package the lock pins (a typo would exclude nothing), and both commands must pass it
+    names = excluded_names((ROOT / "excludes.txt").read_text())
+    assert names, "excludes.txt lists no package"
+    pinned = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower()
+              for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
+    assert set(names) <= pinned, set(names) - pinned
+    readme = (ROOT / "README.md").read_text()
+    for marker in ("build-command", "test-command"):
+        command = readme.split(f"<!-- {marker} -->", 1)[1].split("```bash\n", 1)[1].split("\n")[0]
+        assert "uv pip install" in command and "--excludes excludes.txt" in command, command

@@ -5,6 +5,8 @@
 # It puts uv into a fresh temporary virtual environment with pip, installs requirements.txt there
 # with uv and without constraints (as the README's commands install it, with them), and writes
 # that environment's `pip freeze` (uv included; the editable course package itself left out).
+# The packages of excludes.txt, which the README's commands leave out, are resolved and
+# pinned here all the same: Binder's pip install takes them.
 # Then run the README's test command against the new lock before committing it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
