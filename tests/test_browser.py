@@ -3,8 +3,8 @@
 The book (``_build/html``, or ``$BOOK_HTML``) is built first if it is missing. Every page is
 opened straight from disk (``file://``), as a reader with the folder and no network opens it;
 every request that leaves the folder is recorded and refused. From disk is the stricter
-setting: a path from the site's root (``/_static/...``) or a fetch of a local file, which a
-server would answer, fails there. For each page the tests assert:
+setting: a path from the site's root (``/_static/...``), which a server at the site's root
+answers, fails there (test_browser_disk.py shows it). For each page the tests assert:
 mathematics typeset by MathJax with its fonts loaded locally and no raw TeX left visible,
 every image loaded, no console error, no request that left the folder, every internal link
 leading to a built page and an existing anchor. Each chapter page must have learning goals,
