@@ -5,11 +5,13 @@ import importlib
 import json
 import pathlib
 import pkgutil
-import re
 import subprocess
 import sys
 
 import pytest
+from packaging.utils import canonicalize_name
+
+from booksite import readme_command
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -187,29 +189,36 @@ def test_the_version_is_written_once_and_read_from_the_installed_metadata():
     assert declared not in source  # not written a second time
 
 
-def excluded_names(text):
-    """The package names of an excludes file (requirements format, one name a line).
+def exclusion_problems(excludes, lock, commands):
+    """What is wrong with the excludes file ``excludes`` (requirements format) against the
+    lock ``lock`` and the install ``commands``: a name the lock does not pin excludes
+    nothing (a typo), and a command without ``--excludes excludes.txt`` installs it.
 
-    >>> excluded_names("# why\\nrfc3987-syntax  # a reason\\n\\nFoo_Bar\\n")
-    ['rfc3987-syntax', 'foo-bar']
+    >>> exclusion_problems("# why\\nFoo_Bar  # a reason\\n", "foo-bar==1.0\\n",
+    ...                    ["uv pip install -r r.txt --excludes excludes.txt"])
+    []
     """
-    names = []
-    for line in text.splitlines():
-        name = line.split("#", 1)[0].strip()
-        if name:
-            names.append(re.sub(r"[-_.]+", "-", name).lower())
-    return names
+    names = {canonicalize_name(line.split("#", 1)[0].strip())
+             for line in excludes.splitlines() if line.split("#", 1)[0].strip()}
+    pinned = {canonicalize_name(line.split("==")[0])
+              for line in lock.splitlines() if "==" in line}
+    problems = [] if names else ["excludes.txt lists no package"]
+    problems += [f"{name} is not in the lock" for name in sorted(names - pinned)]
+    problems += [f"does not leave them out: {command}" for command in commands
+                 if "--excludes excludes.txt" not in command]
+    return problems
 
 
 def test_the_excluded_packages_are_locked_and_every_install_leaves_them_out():
-    # excludes.txt names what the README's uv install leaves out; each name must be a
-    # package the lock pins (a typo would exclude nothing), and both commands must pass it
-    names = excluded_names((ROOT / "excludes.txt").read_text())
-    assert names, "excludes.txt lists no package"
-    pinned = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower()
-              for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line}
-    assert set(names) <= pinned, set(names) - pinned
-    readme = (ROOT / "README.md").read_text()
-    for marker in ("build-command", "test-command"):
-        command = readme.split(f"<!-- {marker} -->", 1)[1].split("```bash\n", 1)[1].split("\n")[0]
-        assert "uv pip install" in command and "--excludes excludes.txt" in command, command
+    # excludes.txt names what the README's uv install leaves out
+    commands = [readme_command(m) for m in ("build-command", "test-command")]
+    assert all("uv pip install" in c for c in commands), commands
+    excludes = (ROOT / "excludes.txt").read_text()
+    lock = (ROOT / "constraints.txt").read_text()
+    assert exclusion_problems(excludes, lock, commands) == []
+    # fault controls: a misspelt name, and a command that forgets the file
+    assert exclusion_problems("rfc3987-sintax\n", lock, commands) == [
+        "rfc3987-sintax is not in the lock"]
+    forgot = commands[0].replace(" --excludes excludes.txt", "")
+    assert exclusion_problems(excludes, lock, [forgot]) == [
+        f"does not leave them out: {forgot}"]
