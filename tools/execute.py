@@ -45,9 +45,13 @@ def main():
     args = parser.parse_args()
     notebooks = toc_notebooks(ROOT)
     start = time.perf_counter()
-    command = [sys.executable, "-m", "pytest", "-n", "auto", "--dist", "loadfile", "-q",
-               "-p", "no:cacheprovider", *(["--nbval-fresh"] if args.fresh else []),
-               *(str(path.relative_to(ROOT)) for path in notebooks)]
+    # Later chapters run longer (they train and time models), so they start first and
+    # the short early ones fill the gaps at the end; --no-loadscope-reorder keeps this
+    # order (pytest-xdist would otherwise start the chapters with the most cells first).
+    command = [sys.executable, "-m", "pytest", "-n", "auto", "--dist", "loadfile",
+               "--no-loadscope-reorder", "-q", "-p", "no:cacheprovider",
+               *(["--nbval-fresh"] if args.fresh else []),
+               *(str(path.relative_to(ROOT)) for path in reversed(notebooks))]
     done = subprocess.run(command, cwd=ROOT)
     if done.returncode != 0:
         print("a chapter failed under nbval: the build stops", file=sys.stderr)
