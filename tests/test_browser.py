@@ -10,8 +10,8 @@ every image loaded, no console error, no request that left the folder, every int
 leading to a built page and an existing anchor. Each chapter page must have learning goals,
 a summary, referenced numbered equations, and exercises whose solutions open as dropdowns.
 Every page must fit a 1280 px window and a 390 px phone (the criteria are written above
-``layouts`` below). One screenshot per page (a full-page JPEG) is written to
-``_build/screenshots/``. The book served from a loopback HTTP server, as it is published,
+``layouts`` below). One screenshot per page (a JPEG of its first screen, or of the whole
+page with ``BOOK_SCREENSHOTS=full``) is written to ``_build/screenshots/``. The book served from a loopback HTTP server, as it is published,
 is tested too: the front page and a chapter pass the same checks, the search page finds
 "softmax", and MathJax's accessibility tools load. Planted faults show that each check can
 fail, served (here) and from disk (tests/test_browser_disk.py, with the search from disk:
@@ -190,10 +190,24 @@ def test_one_screenshot_per_page(visits, screenshots):
         size = jpeg_size(shot.read_bytes())
         assert size is not None, f"{shot} is not a JPEG"
         assert size[0] == VIEWPORT["width"], (shot, size)
+        if not booksite.FULL_SCREENSHOTS:
+            assert size[1] == VIEWPORT["height"], (shot, size)
     shots = [*screenshots.glob("*.png"), *screenshots.glob("*.jpg")]
     expected = {screenshot_name(p) for p in visits} | {SEARCH_SHOT}
     stray = {p.name for p in shots} - expected
     assert not stray, f"screenshots of no built page: {sorted(stray)}"
+
+
+def test_a_screenshot_shows_the_first_screen_or_the_whole_page(browser, tmp_path):
+    page = browser.new_page()
+    try:
+        page.set_content("<body style='margin: 0'><div style='height: 3000px'>tall</div></body>")
+        for full_page, height in ((False, VIEWPORT["height"]), (True, 3000)):
+            shot = tmp_path / f"full-{full_page}{booksite.SCREENSHOT_SUFFIX}"
+            booksite.take_screenshot(page, shot, full_page=full_page)
+            assert jpeg_size(shot.read_bytes()) == (VIEWPORT["width"], height), full_page
+    finally:
+        page.close()
 
 
 def equation_references(visits, origin):
