@@ -1,5 +1,7 @@
 """Tests of attncourse.trained: the recipes of the course's trained models."""
 
+import pathlib
+
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
@@ -63,3 +65,130 @@ def test_unknown_recipes_and_fields_are_refused():
         trained.train_recipe("gpt")
     with pytest.raises(ValueError, match=r"unknown recipe fields \['batch'\]"):
         trained.train_recipe("chars", batch=3)
+
+
+# --- trained_model: a recipe trained once per machine ----------------------------------
+
+
+@pytest.fixture
+def stub_training(monkeypatch):
+    """Replace the training of a recipe by init_model (float32, a made-up history);
+    returns the list of the recipes it was asked to train."""
+    from attncourse.model import init_model
+    from attncourse.train import as_dtype
+    asked = []
+
+    def train_recipe(name, lines=5):
+        asked.append(name)
+        config = trained._config(name)
+        history = {"step": np.arange(1, 4), "loss": np.array([3.0, 2.5, 2.25]),
+                   "lr": np.full(3, 1e-3), "grad_norm": np.ones(3), "seconds": 1.5,
+                   "cpu_seconds": 1.25, "eval": []}
+        return as_dtype(init_model(config, seed=len(asked)), np.float32), config, history
+
+    monkeypatch.setattr(trained, "train_recipe", train_recipe)
+    return asked
+
+
+def assert_same_model(a, b):
+    assert a[1] == b[1]
+    flat_a, flat_b = flatten_params(a[0]), flatten_params(b[0])
+    assert flat_a.keys() == flat_b.keys()
+    for name, x in flat_a.items():
+        assert flat_b[name].dtype == x.dtype == np.float32
+        assert_array_equal(flat_b[name], x)
+    for key in ("step", "loss", "lr", "grad_norm"):
+        assert_array_equal(b[2][key], a[2][key])
+    assert (b[2]["seconds"], b[2]["cpu_seconds"]) == (a[2]["seconds"], a[2]["cpu_seconds"])
+
+
+def test_a_model_is_trained_once_and_read_back_bit_for_bit(stub_training, tmp_path):
+    first = trained.trained_model("recall", folder=tmp_path)
+    again = trained.trained_model("recall", folder=tmp_path)
+    assert stub_training == ["recall"]
+    assert_same_model(first, again)
+    assert again[2]["eval"] == []
+    key = trained.model_key("recall")[:16]
+    assert sorted(p.name for p in tmp_path.glob("*.npz")) == [
+        f"recall-{key}-history.npz", f"recall-{key}.npz"]
+    trained.trained_model("chars", folder=tmp_path)
+    assert stub_training == ["recall", "chars"]
+
+
+def test_the_folder_comes_from_the_environment_and_none_means_train(
+        stub_training, tmp_path, monkeypatch):
+    monkeypatch.setenv(trained.MODELS_ENV, str(tmp_path / "models"))
+    trained.trained_model("recall")
+    trained.trained_model("recall")
+    assert stub_training == ["recall"] and (tmp_path / "models").is_dir()
+    monkeypatch.delenv(trained.MODELS_ENV)
+    trained.trained_model("recall")
+    trained.trained_model("recall")
+    assert stub_training == ["recall"] * 3
+
+
+def test_what_the_bits_depend_on_changes_the_key(stub_training, tmp_path, monkeypatch):
+    import dataclasses
+    before = trained.model_key("recall")
+    trained.trained_model("recall", folder=tmp_path)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    assert trained.model_key("recall") != before
+    trained.trained_model("recall", folder=tmp_path)
+    assert stub_training == ["recall", "recall"]
+    monkeypatch.undo()
+    assert trained.model_key("recall") == before
+    recipe = trained.RECIPES["recall"]
+    monkeypatch.setitem(trained.RECIPES, "recall", dataclasses.replace(recipe, lr=1e-3))
+    assert trained.model_key("recall") != before
+    monkeypatch.undo()
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "trained.py").write_text("# another source\n")
+    monkeypatch.setattr(trained, "__file__", str(package / "trained.py"))
+    assert trained.model_key("recall") != before
+    with pytest.raises(ValueError, match="no recipe 'gpt'"):
+        trained.model_key("gpt")
+
+
+@pytest.mark.parametrize("damage", ["model", "history", "config"])
+def test_a_damaged_or_foreign_file_is_trained_again(stub_training, tmp_path, damage):
+    trained.trained_model("recall", folder=tmp_path)
+    stem = tmp_path / f"recall-{trained.model_key('recall')[:16]}"
+    if damage == "model":
+        pathlib.Path(f"{stem}.npz").write_bytes(b"not a zip file")
+    elif damage == "history":
+        pathlib.Path(f"{stem}-history.npz").unlink()
+    else:  # a model of another config under this key
+        from attncourse.model import init_model, save_model
+        other = trained._config("chars")
+        save_model(f"{stem}.npz", init_model(other), other)
+    rebuilt = trained.trained_model("recall", folder=tmp_path)
+    assert stub_training == ["recall", "recall"]
+    assert_same_model(rebuilt, trained.trained_model("recall", folder=tmp_path))
+    assert stub_training == ["recall", "recall"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_two_callers_at_once_train_once(monkeypatch, tmp_path):
+    import threading
+    import time
+    asked, real = [], trained.train_recipe
+
+    def slow(name, lines=5):
+        asked.append(name)
+        time.sleep(0.3)
+        return real(name, steps=1, lines=lines)
+
+    monkeypatch.setattr(trained, "train_recipe", slow)
+    results = [None, None]
+
+    def call(i):
+        results[i] = trained.trained_model("recall", folder=tmp_path)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert asked == ["recall"]
+    assert_same_model(*results)

@@ -24,7 +24,7 @@ from ..kvcache import BlockCache, KVCache, _decode, decode_step, prefill
 from ..layers.attention import causal_attention, key_valid_from_lengths
 from ..layers.positions import positions_forward
 from ..train import as_dtype
-from ..trained import corpus_split, held_out_recall, train_recipe
+from ..trained import corpus_split, held_out_recall, trained_model
 from ..verify.kvcache import assert_decoding_equals_recompute
 from ._registry import Check, Fault
 
@@ -115,10 +115,11 @@ RECIPES = ("recall", "chars")
 
 @functools.cache
 def _trained_models():
-    """The trained models of Chapter 7, from their recipes, cast to float64."""
+    """The trained models of Chapter 7, from their recipes (trained_model), cast to
+    float64."""
     models = {}
     for name in RECIPES:
-        params, config, _ = train_recipe(name, lines=0)
+        params, config, _ = trained_model(name)
         models[name] = (as_dtype(params, np.float64), config)
     return models
 
