@@ -3,7 +3,8 @@ build.
 
 Each test builds a two-page book in a temporary folder with the repository's own
 ``_config.yml`` and the arguments of the README's build command, so what is checked is
-what CI runs. The three builds are started together (``builds``) and run side by side.
+what CI runs. The three builds are started together (``builds``) and run side by side;
+one that stalls is started once more, alone (``build_all``).
 """
 
 import json
@@ -78,12 +79,21 @@ def start_build(tmp_path, cell=GOOD_CELL, intro=INTRO):
     return process, out, err
 
 
-def finish(started, timeout=300):
-    """Wait for a build from start_build; return it as subprocess.run would have."""
+#: Seconds after which a build counts as stalled (one takes about 10 s). Once, in CI, a
+#: build sat still for 300 s: its kernel was up, and the build was blocked in sending
+#: the kernel its first request. A stalled build is started once more, alone.
+STALL = 120
+
+
+def finish(started, timeout=STALL):
+    """Wait for a build from start_build; return it as subprocess.run would have, or
+    None when it stalled (it is then killed)."""
     process, out, err = started
     with out, err:
         try:
             process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
         finally:
             if process.poll() is None:  # timed out, or the wait was interrupted
                 process.kill()
@@ -103,12 +113,24 @@ def builds(tmp_path_factory):
         "failing cell": {"cell": 'assert 1 + 1 == 3, "planted failure"'},
         "warning": {"intro": INTRO + "\nSee {ref}`no-such-label`.\n"},
     }
+    return build_all(plans, lambda name, plan: start_build(
+        tmp_path_factory.mktemp(name.replace(" ", "-")), **plan))
+
+
+def build_all(plans, start, stall=STALL):
+    """Start ``start(name, plan)`` for every plan, then wait for each; a build that
+    stalls is started once more, alone. Returns the finished builds by name."""
     started = {}
     try:
         for name, plan in plans.items():
-            folder = tmp_path_factory.mktemp(name.replace(" ", "-"))
-            started[name] = start_build(folder, **plan)
-        return {name: finish(s) for name, s in started.items()}
+            started[name] = start(name, plan)
+        done = {name: finish(s, stall) for name, s in started.items()}
+        for name in [name for name, result in done.items() if result is None]:
+            started[name] = start(name, plans[name])
+            done[name] = finish(started[name], stall)
+            if done[name] is None:
+                pytest.fail(f"the {name!r} build stalled twice ({stall} s each)")
+        return done
     finally:
         for process, _, _ in started.values():
             if process.poll() is None:
@@ -142,3 +164,23 @@ def test_a_warning_fails_the_build(builds, good_build):
     done = builds["warning"]
     assert done.returncode != 0
     assert "no-such-label" in done.stdout + done.stderr
+
+
+def test_a_stalled_build_is_started_once_more_and_twice_fails():
+    # fault control for the restart in build_all: "sleep" stands for a stalled build
+    calls = []
+
+    def start(name, plan):
+        calls.append(name)
+        stalls = plan["stalls"] > calls.count(name) - 1
+        code = "import time; time.sleep(60)" if stalls else "print('built')"
+        out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        return subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=err,
+                                text=True), out, err
+
+    done = build_all({"quick": {"stalls": 0}, "stalls once": {"stalls": 1}}, start,
+                     stall=2)
+    assert calls == ["quick", "stalls once", "stalls once"]
+    assert [(r.returncode, r.stdout) for r in done.values()] == [(0, "built\n")] * 2
+    with pytest.raises(pytest.fail.Exception, match="'stalls twice' build stalled twice"):
+        build_all({"stalls twice": {"stalls": 2}}, start, stall=2)
