@@ -70,16 +70,25 @@ def test_unknown_recipes_and_fields_are_refused():
 # --- trained_model: a recipe trained once per machine ----------------------------------
 
 
+class Asked(list):
+    """The recipes the stub was asked to train, and the ``lines`` of each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+
 @pytest.fixture
 def stub_training(monkeypatch):
     """Replace the training of a recipe by init_model (float32, a made-up history);
     returns the list of the recipes it was asked to train."""
     from attncourse.model import init_model
     from attncourse.train import as_dtype
-    asked = []
+    asked = Asked()
 
     def train_recipe(name, lines=5):
         asked.append(name)
+        asked.lines.append(lines)
         config = trained._config(name)
         history = {"step": np.arange(1, 4), "loss": np.array([3.0, 2.5, 2.25]),
                    "lr": np.full(3, 1e-3), "grad_norm": np.ones(3), "seconds": 1.5,
@@ -192,3 +201,139 @@ def test_two_callers_at_once_train_once(monkeypatch, tmp_path):
         thread.join()
     assert asked == ["recall"]
     assert_same_model(*results)
+
+
+def test_the_model_key_covers_the_processor_and_the_blas_library(monkeypatch, tmp_path):
+    before = trained.model_key("chars")
+    monkeypatch.setattr(trained, "_cpu_model", lambda: "another processor")
+    assert trained.model_key("chars") != before
+    monkeypatch.undo()
+    config = np.show_config(mode="dicts")
+    other = {**config, "Build Dependencies": {**config["Build Dependencies"],
+                                              "blas": {"name": "another blas"}}}
+    monkeypatch.setattr(np, "show_config", lambda mode: other)
+    assert trained.model_key("chars") != before
+
+    def printing_only(mode):  # numpy before 1.26 has no mode="dicts"
+        raise TypeError(mode)
+
+    monkeypatch.setattr(np, "show_config", printing_only)
+    assert trained.model_key("chars") == trained.model_key("chars") != before
+
+
+def test_the_processor_is_named_from_cpuinfo(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: Example\n"
+                       "model name\t: Example CPU 9000: rev. 2 @ 3.00GHz\nflags\t: fpu\n")
+    assert trained._cpu_model(cpuinfo) == "Example CPU 9000: rev. 2 @ 3.00GHz"
+    import platform
+    assert trained._cpu_model(tmp_path / "missing") == platform.processor()
+    cpuinfo.write_text("processor\t: 0\n")
+    assert trained._cpu_model(cpuinfo) == platform.processor()
+
+
+def test_a_write_goes_through_a_temporary_file_beside_the_target(tmp_path):
+    seen = []
+
+    def write(temporary):
+        seen.append(pathlib.Path(temporary))
+        pathlib.Path(temporary).write_text("whole")
+
+    trained._write(tmp_path / "model.npz", write)
+    assert seen[0].parent == tmp_path and seen[0].name.endswith(".tmp")
+    assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+
+    def fails(temporary):
+        pathlib.Path(temporary).write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        trained._write(tmp_path / "other.npz", fails)
+    assert [p.name for p in tmp_path.iterdir()] == ["model.npz"]
+
+
+def test_a_kept_model_is_trained_silently_into_a_new_folder(stub_training, tmp_path):
+    folder = tmp_path / "not" / "yet"
+    model = trained.trained_model("recall", folder=folder)
+    assert folder.is_dir() and stub_training.lines == [0]
+    assert type(model[2]["seconds"]) is float and type(model[2]["cpu_seconds"]) is float
+    read = trained.trained_model("recall", folder=folder)
+    assert type(read[2]["seconds"]) is float and type(read[2]["cpu_seconds"]) is float
+    trained.trained_model("recall", folder="")  # no folder: trained, silently too
+    assert stub_training.lines == [0, 0]
+
+
+def test_a_pickled_history_is_refused(stub_training, tmp_path):
+    trained.trained_model("recall", folder=tmp_path)
+    stem = tmp_path / f"recall-{trained.model_key('recall')[:16]}"
+    arrays = {k: np.array([1.0, "x"], dtype=object) for k in trained._HISTORY}
+    with open(f"{stem}-history.npz", "wb") as file:
+        np.savez(file, **arrays)
+    trained.trained_model("recall", folder=tmp_path)
+    assert stub_training == ["recall", "recall"]
+
+
+def test_the_corpus_and_the_chars_config_are_the_recipes():
+    from attncourse.model import ModelConfig
+    from attncourse.text import decode, make_corpus
+    vocab, train_ids, held_out = trained.corpus_split()
+    text = make_corpus(trained.CORPUS_SENTENCES, seed=0)
+    assert decode(np.concatenate([train_ids, held_out]), vocab) == text
+    assert trained._config("chars") == ModelConfig(n_vocab=len(vocab), T_max=32, D=32,
+                                                   heads=2, layers=2, ratio=2)
+
+
+def test_train_recipe_passes_its_settings_to_the_loop(monkeypatch, capsys):
+    from attncourse.model import init_model
+    from attncourse.train import as_dtype
+    calls = []
+
+    def train(params, batch, **settings):
+        calls.append((params, settings))
+        return params, {}
+
+    monkeypatch.setattr(trained, "train", train)
+    evaluate = object()
+    trained.train_recipe("recall", evaluate=evaluate, every=7, steps=10, lines=3)
+    params, settings = calls[-1]
+    recipe = trained.RECIPES["recall"]
+    want = init_model(recipe.config, seed=recipe.seed)
+    for name, x in flatten_params(as_dtype(want, np.float32)).items():
+        assert_array_equal(flatten_params(params)[name], x)
+    assert settings["evaluate"] is evaluate and settings["every"] == 7
+    assert (settings["lines"], settings["steps"], settings["warmup"]) == (3, 10, 10)
+    trained.train_recipe("recall", steps=10, warmup=30)
+    assert calls[-1][1]["warmup"] == 30 and calls[-1][1]["lines"] == 5
+    trained.train_recipe("recall", steps=10, warmup=5)
+    assert calls[-1][1]["warmup"] == 5
+
+
+def test_mean_loss_reads_whole_windows_of_t_tokens():
+    from attncourse.loss import cross_entropy
+    from attncourse.model import model_forward
+    params, config, _ = trained.train_recipe("chars", steps=1, lines=0)
+    _, _, held_out = trained.corpus_split()
+    for T, n in ((8, 3), (config.T_max, 2)):
+        for ids in (held_out[:n * T + 1], held_out[:n * T + 3]):  # n windows and a rest
+            logits, _ = model_forward(params, ids[:n * T].reshape(n, T), config=config)
+            want = cross_entropy(logits.reshape(n * T, -1), ids[1:n * T + 1])
+            got = trained.mean_loss(params, config, ids, T=None if T == config.T_max else T)
+            assert got == want
+    ids = held_out[:2 * 8]  # 16 tokens hold one whole window of 8 and its targets
+    logits, _ = model_forward(params, ids[:8].reshape(1, 8), config=config)
+    assert trained.mean_loss(params, config, ids, T=8) == cross_entropy(logits[0], ids[1:9])
+
+
+def test_held_out_recall_is_its_own_seeded_draw():
+    from attncourse.text import recall_batch
+    ids, answers = trained.held_out_recall()
+    want_ids, want_targets, _ = recall_batch(trained.recall_task(), 2000,
+                                             np.random.default_rng([12345]))
+    assert_array_equal(ids, want_ids)
+    assert_array_equal(answers, want_targets[:, -1])  # the answer is the last target
+
+
+def test_the_processor_of_this_machine_is_read_from_proc_cpuinfo():
+    if not pathlib.Path("/proc/cpuinfo").is_file():
+        pytest.skip("no /proc/cpuinfo on this system")
+    assert trained._cpu_model() == trained._cpu_model("/proc/cpuinfo")

@@ -142,9 +142,10 @@ _HISTORY = ("step", "loss", "lr", "grad_norm", "seconds", "cpu_seconds")
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def _cpu_model():
+def _cpu_model(cpuinfo="/proc/cpuinfo"):
+    """The processor's model name (from Linux's ``cpuinfo``, else the platform's)."""
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        with open(cpuinfo, encoding="utf-8") as cpuinfo:
             for line in cpuinfo:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
@@ -213,8 +214,9 @@ def _read(stem, name):
 
 
 def _write(path, write):
-    """Call ``write(temporary)`` on a new file beside ``path``, then move it to
-    ``path``: a reader sees the whole file or none."""
+    """Call ``write(temporary)`` on a new file ``*.tmp`` beside ``path``, then move it
+    to ``path``: a reader sees the whole file or none, and a failed write leaves
+    nothing."""
     handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(handle)
     try:
