@@ -79,9 +79,10 @@ def start_build(tmp_path, cell=GOOD_CELL, intro=INTRO):
     return process, out, err
 
 
-#: Seconds after which a build counts as stalled (one takes about 10 s). Once, in CI, a
-#: build sat still for 300 s: its kernel was up, and the build was blocked in sending
-#: the kernel its first request. A stalled build is started once more, alone.
+#: Seconds after which a build counts as stalled (one takes about 10 s). Once, in a
+#: clean-clone run of .ci/run, a build sat still for 300 s: its kernel was up, and the
+#: build was blocked in sending the kernel its first request. A stalled build is started
+#: once more, alone.
 STALL = 120
 
 

@@ -199,10 +199,11 @@ def test_the_table_lists_every_verdict_in_lines_of_at_most_88_characters(module)
     lines = faults.table(module.FAULTS, module.CHECKS, rows=rows).splitlines()
     assert len(lines) == 1 + len(rows)
     assert all(len(line) <= 88 for line in lines)
-    for line, (fault, check, expected, caught) in zip(lines[1:], rows):
-        assert caught == expected
+    # each verdict itself is asserted by test_every_stated_verdict_holds; this test
+    # checks how the table prints them
+    for line, (fault, check, _, caught) in zip(lines[1:], rows):
         assert line.split()[0] == fault and check in line
-        assert line.endswith("caught" if expected else "passes: blind to it")
+        assert line.endswith("caught" if caught else "passes: blind to it")
 
 
 def test_a_wrong_registry_entry_is_reported():
