@@ -201,5 +201,6 @@ def test_fault_control_launch_check_flags_a_page_without_launch_links():
     assert launch_problems(
         re.sub(r'<a href="https://colab[^>]*></a>', "", good), rel, config
     ) == [
-        "no Colab link (https://colab.research.google.com/github/o/r/blob/main/chapters/09_demo.ipynb)"
+        "no Colab link (https://colab.research.google.com/github/o/r/blob/main/"
+        "chapters/09_demo.ipynb)"
     ]

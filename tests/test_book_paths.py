@@ -2,9 +2,9 @@
 
 A path such as ``/home/someone/attention/src/attncourse/verify/exercises.py`` in a page
 (typically inside a traceback) tells the reader nothing and changes with every build
-machine. Every text file of the build (``_build/html``, or ``$BOOK_HTML``; built first if
-missing) is searched for the repository, build, Python environment, home and temporary
-folders and for installed-package paths (``booksite.machine_paths``).
+machine. Every text file of the build (``_build/html``, or ``$BOOK_HTML``; built first
+if missing) is searched for the repository, build, Python environment, home and
+temporary folders and for installed-package paths (``booksite.machine_paths``).
 """
 
 import pytest
@@ -27,7 +27,8 @@ def test_machine_paths_cover_the_repository_and_the_environment(html):
 
 def test_no_built_file_shows_a_build_machine_path(html):
     leaks = booksite.path_leaks_in_build(html)
-    lines = [f"{rel}: {', '.join(sorted(set(found))[:5])}" for rel, found in leaks.items()]
+    lines = [f"{rel}: {', '.join(sorted(set(found))[:5])}"
+             for rel, found in leaks.items()]
     assert not leaks, (f"{len(leaks)} built file(s) show paths of the build machine:\n"
                        + "\n".join(lines))
 
@@ -43,7 +44,8 @@ def test_fault_control_a_traceback_path_is_found(html, tmp_path):
     (tmp_path / "clean.html").write_text(
         "<a href='../_static/x.js'>x</a> <a href='https://example.org/a/b'>b</a>"
         " <code>/usr/share/dict</code>")
-    (tmp_path / "picture.png").write_bytes(str(source).encode())  # not text: not searched
+    # not text: not searched
+    (tmp_path / "picture.png").write_bytes(str(source).encode())
     found = booksite.path_leaks_in_build(tmp_path, paths)
     assert set(found) == {"chapters/leaky.html", "chapters/installed.html"}
     assert found["chapters/leaky.html"] == [f"{source}:50"]

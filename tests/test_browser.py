@@ -1,21 +1,22 @@
 """Every page of the built book, opened in headless Chromium with the network off.
 
-The book (``_build/html``, or ``$BOOK_HTML``) is built first if it is missing. Every page is
-opened straight from disk (``file://``), as a reader with the folder and no network opens it;
-every request that leaves the folder is recorded and refused. From disk is the stricter
-setting: a path from the site's root (``/_static/...``), which a server at the site's root
-answers, fails there (test_browser_disk.py shows it). For each page the tests assert:
-mathematics typeset by MathJax with its fonts loaded locally and no raw TeX left visible,
-every image loaded, no console error, no request that left the folder, every internal link
-leading to a built page and an existing anchor. Each chapter page must have learning goals,
-a summary, referenced numbered equations, and exercises whose solutions open as dropdowns.
-Every page must fit a 1280 px window and a 390 px phone (the criteria are written above
-``layouts`` below). One screenshot per page (a JPEG of its first screen, or of the whole
-page with ``BOOK_SCREENSHOTS=full``) is written to ``_build/screenshots/``. The book served from a loopback HTTP server, as it is published,
-is tested too: the front page and a chapter pass the same checks, the search page finds
-"softmax", and MathJax's accessibility tools load. Planted faults show that each check can
-fail, served (here) and from disk (tests/test_browser_disk.py, with the search from disk:
-a file of its own, so that pytest-xdist runs it beside this one).
+The book (``_build/html``, or ``$BOOK_HTML``) is built first if it is missing. Every
+page is opened straight from disk (``file://``), as a reader with the folder and no
+network opens it; every request that leaves the folder is recorded and refused. From
+disk is the stricter setting: a path from the site's root (``/_static/...``), which a
+server at the site's root answers, fails there (test_browser_disk.py shows it). For each
+page the tests assert: mathematics typeset by MathJax with its fonts loaded locally and
+no raw TeX left visible, every image loaded, no console error, no request that left the
+folder, every internal link leading to a built page and an existing anchor. Each chapter
+page must have learning goals, a summary, referenced numbered equations, and exercises
+whose solutions open as dropdowns. Every page must fit a 1280 px window and a 390 px
+phone (the criteria are written above ``layouts`` below). One screenshot per page (a
+JPEG of its first screen, or of the whole page with ``BOOK_SCREENSHOTS=full``) is
+written to ``_build/screenshots/``. The book served from a loopback HTTP server, as it
+is published, is tested too: the front page and a chapter pass the same checks, the
+search page finds "softmax", and MathJax's accessibility tools load. Planted faults show
+that each check can fail, served (here) and from disk (tests/test_browser_disk.py, with
+the search from disk: a file of its own, so that pytest-xdist runs it beside this one).
 
 Without a Chromium these tests skip, except under CI (``CI=true``), where they fail.
 """
@@ -122,14 +123,17 @@ def measure_layouts(page):
 
 @pytest.fixture(scope="module")
 def visits(browser, disk, html, screenshots):
-    """Open every built page once from disk: judge it, screenshot it, read chapter facts,
-    then measure its layout at every size (last: measuring unfolds the solutions)."""
+    """Open every built page once from disk: judge it, screenshot it, read chapter
+    facts, then measure its layout at every size (last: measuring unfolds the
+    solutions)."""
     result = {}
     for rel in booksite.book_pages(html):
-        page, record, facts = open_page(browser, disk.url(rel), disk.origin + "/", (html / rel).read_text())
+        page, record, facts = open_page(browser, disk.url(rel), disk.origin + "/",
+                                        (html / rel).read_text())
         try:
             booksite.take_screenshot(page, screenshots / screenshot_name(rel))
-            chapter = page.evaluate(booksite.CHAPTER_FACTS_JS, rel) if rel.startswith("chapters/") else None
+            chapter = (page.evaluate(booksite.CHAPTER_FACTS_JS, rel)
+                       if rel.startswith("chapters/") else None)
             layouts = measure_layouts(page)
         finally:
             page.close()
@@ -139,19 +143,22 @@ def visits(browser, disk, html, screenshots):
 
 
 def report(visits, check):
-    """One line per problem of ``check``, prefixed with its page; empty when every page passes."""
-    return [f"{page}: {p}" for page, visit in visits.items() for p in visit.problems[check]]
+    """One line per problem of ``check``, prefixed with its page; empty when every page
+    passes."""
+    return [f"{page}: {p}" for page, visit in visits.items()
+            for p in visit.problems[check]]
 
 
 def test_the_book_has_its_pages(visits):
     pages = set(visits)
-    assert {"index.html", "search.html", "book/intro.html", "book/notation.html", "book/glossary.html",
-            "book/references.html"} <= pages
+    assert {"index.html", "search.html", "book/intro.html", "book/notation.html",
+            "book/glossary.html", "book/references.html"} <= pages
     assert any(p.startswith("chapters/") for p in pages), "no chapter page was built"
 
 
 def test_mathematics_is_typeset(visits):
-    assert visits["book/notation.html"].facts["mathElements"] > 0, "the notation page should hold math"
+    assert visits["book/notation.html"].facts["mathElements"] > 0, (
+        "the notation page should hold math")
     assert_none(report(visits, "math"))
 
 
@@ -161,12 +168,15 @@ def test_no_raw_tex_is_visible(visits):
 
 def test_fonts_load_from_the_book(visits):
     assert_none(report(visits, "fonts"))
-    fonts = [r for v in visits.values() for r in v.record.local if r.endswith((".woff", ".woff2"))]
-    assert any("/_static/mathjax/" in f for f in fonts), "MathJax fonts were never fetched from _static"
+    fonts = [r for v in visits.values() for r in v.record.local
+             if r.endswith((".woff", ".woff2"))]
+    assert any("/_static/mathjax/" in f for f in fonts), (
+        "MathJax fonts were never fetched from _static")
 
 
 def test_every_image_loads(visits):
-    assert any(v.facts["images"] for v in visits.values()), "no page has an image: the check saw nothing"
+    assert any(v.facts["images"] for v in visits.values()), (
+        "no page has an image: the check saw nothing")
     assert_none(report(visits, "images"))
 
 
@@ -201,23 +211,28 @@ def test_one_screenshot_per_page(visits, screenshots):
 def test_a_screenshot_shows_the_first_screen_or_the_whole_page(browser, tmp_path):
     page = browser.new_page()
     try:
-        page.set_content("<body style='margin: 0'><div style='height: 3000px'>tall</div></body>")
+        page.set_content(
+            "<body style='margin: 0'><div style='height: 3000px'>tall</div></body>")
         for full_page, height in ((False, VIEWPORT["height"]), (True, 3000)):
             shot = tmp_path / f"full-{full_page}{booksite.SCREENSHOT_SUFFIX}"
             booksite.take_screenshot(page, shot, full_page=full_page)
-            assert jpeg_size(shot.read_bytes()) == (VIEWPORT["width"], height), full_page
+            assert jpeg_size(shot.read_bytes()) == (VIEWPORT["width"], height), (
+                full_page)
     finally:
         page.close()
 
 
 def equation_references(visits, origin):
-    """(page, anchor) of every numbered equation that prose somewhere in the book links to."""
+    """(page, anchor) of every numbered equation that prose somewhere in the book links
+    to."""
     refs = set()
     for visit in visits.values():
         for link in visit.facts["links"]:
             path = booksite.site_path(link["href"], origin)
-            fragment = urllib.parse.unquote(urllib.parse.urlsplit(link["href"]).fragment)
-            if not link["headerlink"] and path is not None and fragment.startswith("equation-"):
+            fragment = urllib.parse.unquote(
+                urllib.parse.urlsplit(link["href"]).fragment)
+            if (not link["headerlink"] and path is not None
+                    and fragment.startswith("equation-")):
                 refs.add((path, fragment))
     return refs
 
@@ -230,7 +245,8 @@ def test_chapter_pages_have_goals_summary_equations_and_exercises(visits, disk):
 
 
 def test_every_numbered_equation_is_referenced_from_the_prose(visits, disk):
-    # An equation gets a number so that the prose can point to it; a number nobody cites is noise.
+    # An equation gets a number so that the prose can point to it; a number nobody cites
+    # is noise.
     refs = equation_references(visits, disk.origin)
     problems = [f"{page}: numbered equation #{a} is never referenced from the prose"
                 for page, visit in visits.items() if visit.chapter
@@ -238,16 +254,18 @@ def test_every_numbered_equation_is_referenced_from_the_prose(visits, disk):
     assert_none(problems)
 
 
-# ------------------------------------------------------------------------ pages that fit
-# Criteria (booksite.layout_problems), measured on every page at 1280x800 and at 390x844 with every
-# solution and <details> unfolded:
-# - at both widths the page itself is never wider than the window, and nothing is cut off (a box
-#   whose content does not fit scrolls; it never hides the rest);
-# - at 1280 px no display equation, code block, cell output, table or image is wider than its box
-#   or the text column: nothing scrolls sideways (long equations are split, code lines are short);
-# - at 390 px cell outputs and images still fit (outputs wrap), while a code block, a display
-#   equation or a table may scroll sideways inside its own frame within the column: re-wrapping
-#   code or mathematics to a phone's 40-odd characters would make it harder, not easier, to read.
+# -------------------------------------------------------------------- pages that fit
+# Criteria (booksite.layout_problems), measured on every page at 1280x800 and at 390x844
+# with every solution and <details> unfolded:
+# - at both widths the page itself is never wider than the window, and nothing is cut
+#   off (a box whose content does not fit scrolls; it never hides the rest);
+# - at 1280 px no display equation, code block, cell output, table or image is wider
+#   than its box or the text column: nothing scrolls sideways (long equations are split,
+#   code lines are short);
+# - at 390 px cell outputs and images still fit (outputs wrap), while a code block, a
+#   display equation or a table may scroll sideways inside its own frame within the
+#   column: re-wrapping code or mathematics to a phone's 40-odd characters would make it
+#   harder, not easier, to read.
 
 @pytest.fixture(scope="module")
 def layouts(visits):
@@ -258,15 +276,18 @@ def layouts(visits):
 
 
 def layout_report(layouts, layout):
-    return [f"{rel} at {booksite.LAYOUTS[layout]['width']} px: {p}" for (name, rel), facts in layouts.items()
+    return [f"{rel} at {booksite.LAYOUTS[layout]['width']} px: {p}"
+            for (name, rel), facts in layouts.items()
             if name == layout for p in booksite.layout_problems(facts, layout)]
 
 
 def test_layouts_measured_what_they_should(layouts):
-    kinds = {b["kind"] for (layout, rel), facts in layouts.items() for b in facts["boxes"]}
+    kinds = {b["kind"] for (layout, rel), facts in layouts.items()
+             for b in facts["boxes"]}
     assert {"equation", "code", "output", "table", "image"} <= kinds, kinds
     for (layout, rel), facts in layouts.items():
-        assert facts["viewport"] == booksite.LAYOUTS[layout]["width"], (layout, rel, facts["viewport"])
+        assert facts["viewport"] == booksite.LAYOUTS[layout]["width"], (
+            layout, rel, facts["viewport"])
 
 
 def test_pages_fit_a_laptop_window(layouts):
@@ -280,22 +301,34 @@ def test_pages_fit_a_phone(layouts):
 PLANT_WIDE_CONTENT_JS = r"""
 async () => {
   const article = document.querySelector('article.bd-article');
-  const plant = html => { const d = document.createElement('div'); d.innerHTML = html; article.appendChild(d); return d; };
-  plant('<div class="highlight"><pre id="planted-code">x = ' + '1 + '.repeat(40) + '1</pre></div>');
-  plant('<div class="highlight"><pre id="planted-clipped" style="overflow-x: hidden">y = ' + '2 + '.repeat(40) + '2</pre></div>');
-  plant('<div class="cell_output"><div class="output stream highlight-myst-ansi"><div class="highlight">'
-        + '<pre id="planted-output" style="white-space: pre">' + 'word '.repeat(60) + '</pre></div></div></div>');
+  const plant = html => {
+    const d = document.createElement('div'); d.innerHTML = html; article.appendChild(d);
+    return d;
+  };
+  plant('<div class="highlight"><pre id="planted-code">x = ' + '1 + '.repeat(40) +
+        '1</pre></div>');
+  plant('<div class="highlight">'
+        + '<pre id="planted-clipped" style="overflow-x: hidden">y = '
+        + '2 + '.repeat(40) + '2</pre></div>');
+  plant('<div class="cell_output"><div class="output stream highlight-myst-ansi">'
+        + '<div class="highlight">'
+        + '<pre id="planted-output" style="white-space: pre">' + 'word '.repeat(60)
+        + '</pre></div></div></div>');
   plant('<div class="pst-scrollable-table-container"><table id="planted-table"><tr>'
         + '<td>a_table_cell</td>'.repeat(40) + '</tr></table></div>');
   plant('<p id="planted-word">' + 'unbreakable'.repeat(5) + '</p>');
-  const math = plant('<div class="math notranslate nohighlight" id="planted-equation">\\[' + 'a_1 + '.repeat(50) + 'a_2\\]</div>');
+  const math = plant(
+    '<div class="math notranslate nohighlight" id="planted-equation">\\['
+    + 'a_1 + '.repeat(50) + 'a_2\\]</div>');
   await MathJax.typesetPromise([math]);
   return math.querySelectorAll('mjx-container[display="true"]').length;  // typeset: 1
 }
 """
-PLANTED = {"laptop": {"planted-code", "planted-clipped", "planted-output", "planted-table", "planted-equation"},
-           # on a phone code, equations and tables may scroll in their own frame; a clipped
-           # block, an output that does not wrap and a word that pushes the page may not
+PLANTED = {"laptop": {"planted-code", "planted-clipped", "planted-output",
+                      "planted-table", "planted-equation"},
+           # on a phone code, equations and tables may scroll in their own frame; a
+           # clipped block, an output that does not wrap and a word that pushes the page
+           # may not
            "phone": {"planted-clipped", "planted-output", "planted-word"}}
 
 
@@ -326,7 +359,8 @@ def test_fault_control_wide_content_is_flagged(fresh_windows, layout):
     before = booksite.layout_problems(before, layout)
     after = booksite.layout_problems(after, layout)
     new = [p for p in after if p not in before]
-    flagged = {name for name in PLANTED["laptop"] | PLANTED["phone"] if any(name in p for p in new)}
+    flagged = {name for name in PLANTED["laptop"] | PLANTED["phone"]
+               if any(name in p for p in new)}
     assert flagged == PLANTED[layout], "\n".join(new)
 
 
@@ -357,11 +391,12 @@ def test_pages_served_over_http_pass_every_check(browser, site, html, visits):
 
 
 def test_search_finds_softmax(browser, site, html, screenshots):
-    hits, record = search(browser, site.url("search.html") + "?q=softmax", site.origin + "/",
-                          screenshots / SEARCH_SHOT)
+    hits, record = search(browser, site.url("search.html") + "?q=softmax",
+                          site.origin + "/", screenshots / SEARCH_SHOT)
     assert hits, "searching for 'softmax' found nothing"
     assert booksite.link_problems(hits, site.origin, html) == []
-    assert any("searchindex.js" in r for r in record.local), "the search index was not loaded from the book"
+    assert any("searchindex.js" in r for r in record.local), (
+        "the search index was not loaded from the book")
     assert record.external == [] and record.console == [] and record.failed == []
 
 
@@ -372,17 +407,22 @@ def test_search_check_sees_a_word_the_book_lacks(browser, site):
 
 
 def test_mathjax_accessibility_tools_load_from_the_book(browser, site, html):
-    # A reader may switch on MathJax's explorer and collapsible maths from its menu; MathJax then
-    # loads more components and speech-rule data, which must come from _static, never a CDN.
-    page, record, _ = open_page(browser, site.url("book/glossary.html"), site.origin + "/")
+    # A reader may switch on MathJax's explorer and collapsible maths from its menu;
+    # MathJax then loads more components and speech-rule data, which must come from
+    # _static, never a CDN.
+    page, record, _ = open_page(browser, site.url("book/glossary.html"),
+                                site.origin + "/")
     try:
         settings = page.evaluate("""() => {
             const pool = MathJax.startup.document.menu.menu.pool;
-            for (const name of ['explorer', 'collapsible']) pool.lookup(name).setValue(true);
-            return ['explorer', 'collapsible'].map(name => pool.lookup(name).getValue());
+            for (const name of ['explorer', 'collapsible'])
+              pool.lookup(name).setValue(true);
+            return ['explorer', 'collapsible']
+              .map(name => pool.lookup(name).getValue());
         }""")
         wanted = ("/_static/mathjax/a11y/explorer.js", "/_static/mathjax/sre/mathmaps/")
-        for _ in range(75):  # MathJax loads the components and speech-rule data in the background
+        # MathJax loads the components and speech-rule data in the background
+        for _ in range(75):
             if all(any(w in r for r in record.local) for w in wanted):
                 break
             page.wait_for_timeout(200)
@@ -395,7 +435,7 @@ def test_mathjax_accessibility_tools_load_from_the_book(browser, site, html):
     assert record.external == [] and record.console == [] and record.failed == []
 
 
-# ------------------------------------------------------------------------ fault controls
+# -------------------------------------------------------------------- fault controls
 # Small synthetic pages with planted faults (booksite.FAULT_PAGES), served like the
 # book, must be flagged by the same functions; a clean page must pass.
 
@@ -413,10 +453,12 @@ def fault_visits(browser, fault_site):
     for name in FAULT_PAGES:
         page, record, facts = open_page(browser, server.url(name), server.origin + "/")
         try:
-            chapter = page.evaluate(booksite.CHAPTER_FACTS_JS, name) if name.startswith("chapter_") else None
+            chapter = (page.evaluate(booksite.CHAPTER_FACTS_JS, name)
+                       if name.startswith("chapter_") else None)
         finally:
             page.close()
-        result[name] = Visit(judge(record, facts, server.origin, folder), facts, record, chapter)
+        result[name] = Visit(judge(record, facts, server.origin, folder), facts, record,
+                             chapter)
     return result
 
 
@@ -439,7 +481,8 @@ def test_fault_control_raw_tex_is_flagged(fault_visits):
 def test_fault_control_broken_image_is_flagged(fault_visits):
     visit = fault_visits["broken_image.html"]
     assert visit.problems["images"] == ["image not loaded: missing.png"]
-    assert visit.problems["resources"] and visit.problems["console"]  # the 404 shows there too
+    # the 404 shows there too
+    assert visit.problems["resources"] and visit.problems["console"]
 
 
 def test_fault_control_missing_mathjax_fonts_are_flagged(fault_visits):
@@ -448,8 +491,10 @@ def test_fault_control_missing_mathjax_fonts_are_flagged(fault_visits):
     assert visit.problems["math"] == []  # typeset, but in no font
     fonts = visit.problems["fonts"]
     assert fonts[0] == "no MathJax font was loaded"
-    assert fonts[1:] and all(p.startswith("font failed to load: MJX") for p in fonts[1:]), fonts
-    assert any("/_static/mathjax/no-such-fonts/" in f for f in visit.problems["resources"])
+    assert fonts[1:] and all(p.startswith("font failed to load: MJX")
+                             for p in fonts[1:]), fonts
+    assert any("/_static/mathjax/no-such-fonts/" in f
+               for f in visit.problems["resources"])
 
 
 def test_fault_control_missing_web_font_is_flagged(fault_visits):
@@ -468,13 +513,15 @@ def test_fault_control_dead_internal_links_are_flagged(fault_visits):
 def test_fault_control_console_errors_are_flagged(fault_visits):
     problems = fault_visits["console_error.html"].problems["console"]
     assert any("planted" in p and p.startswith("console error") for p in problems)
-    assert any("planted throw" in p and p.startswith("uncaught exception") for p in problems)
+    assert any("planted throw" in p and p.startswith("uncaught exception")
+               for p in problems)
 
 
 def test_fault_control_external_requests_are_flagged_and_refused(fault_visits):
     visit = fault_visits["external.html"]
-    assert sorted(visit.record.external) == ["https://fonts.googleapis.com/css?family=Roboto",
-                                             "https://unpkg.com/thebe@0.8.2/lib/index.js"]
+    assert sorted(visit.record.external) == [
+        "https://fonts.googleapis.com/css?family=Roboto",
+        "https://unpkg.com/thebe@0.8.2/lib/index.js"]
     assert len(visit.problems["network"]) == 2
 
 
@@ -483,18 +530,23 @@ def test_fault_control_external_requests_are_flagged_and_refused(fault_visits):
     ("chapter_late_goals.html", "'Learning goals' comes after the first section"),
     ("chapter_goals_no_list.html", "'Learning goals' is not followed by a list"),
     ("chapter_no_summary.html", "no 'Summary' section"),
-    ("chapter_section_after_summary.html", "sections after the Summary other than Exercises: ['More derivations']"),
+    ("chapter_section_after_summary.html",
+     "sections after the Summary other than Exercises: ['More derivations']"),
     ("chapter_no_equation.html", "no numbered equation"),
-    ("chapter_unreferenced_equation.html", "no numbered equation is referenced from the prose"),
+    ("chapter_unreferenced_equation.html",
+     "no numbered equation is referenced from the prose"),
     ("chapter_no_exercise.html", "no exercise (sphinx-exercise)"),
     ("chapter_no_solution.html", "exercise #ex-1 has no solution"),
     ("chapter_solution_not_dropdown.html", "solution to #ex-1 is not a dropdown"),
 ])
-def test_fault_control_chapter_structure_is_checked(fault_visits, fault_site, name, expected):
+def test_fault_control_chapter_structure_is_checked(fault_visits, fault_site, name,
+                                                    expected):
     server, _ = fault_site
     refs = equation_references(fault_visits, server.origin)
-    assert booksite.chapter_problems(fault_visits["chapter_good.html"].chapter, refs) == []
-    assert booksite.chapter_problems(fault_visits["chapter_numbered.html"].chapter, refs) == []
+    assert booksite.chapter_problems(fault_visits["chapter_good.html"].chapter,
+                                     refs) == []
+    assert booksite.chapter_problems(fault_visits["chapter_numbered.html"].chapter,
+                                     refs) == []
     assert booksite.chapter_problems(fault_visits[name].chapter, refs) == [expected]
 
 
@@ -503,6 +555,8 @@ def test_fault_control_an_uncited_equation_is_flagged(fault_visits, fault_site):
     refs = equation_references(fault_visits, server.origin)
     facts = fault_visits["chapter_one_equation_uncited.html"].chapter
     assert facts["equations"] == ["equation-eq-s", "equation-eq-t"]
-    assert booksite.chapter_problems(facts, refs) == []  # one equation is cited: the minimum holds
+    # one equation is cited: the minimum holds
+    assert booksite.chapter_problems(facts, refs) == []
     assert booksite.unreferenced_equations(facts, refs) == ["equation-eq-t"]
-    assert booksite.unreferenced_equations(fault_visits["chapter_good.html"].chapter, refs) == []
+    assert booksite.unreferenced_equations(fault_visits["chapter_good.html"].chapter,
+                                           refs) == []

@@ -64,7 +64,8 @@ def test_fault_control_faults_are_flagged_opened_from_disk(browser, fault_folder
     assert "'nowhere.html' -> no built file" in links[0]
     assert "no anchor #no-such-anchor" in links[1]
     console = judge_from_disk(browser, folder, "console_error.html")["console"]
-    assert any("planted throw" in p and p.startswith("uncaught exception") for p in console)
+    assert any("planted throw" in p and p.startswith("uncaught exception")
+               for p in console)
     network = judge_from_disk(browser, folder, "external.html")["network"]
     assert len(network) == 2 and any("unpkg.com" in p for p in network), network
 
@@ -73,7 +74,8 @@ def test_fault_control_a_path_from_the_root_fails_only_from_disk(browser, fault_
     # Why every page is judged from disk: served from the folder's root, an image at
     # "/dot.png" loads; opened from disk, the same page looks for it at the root of the
     # file system and fails.
-    (fault_folder / "root_path.html").write_text(booksite.synthetic("<img src='/dot.png' alt='dot'>"))
+    (fault_folder / "root_path.html").write_text(
+        booksite.synthetic("<img src='/dot.png' alt='dot'>"))
     with booksite.LoopbackServer(fault_folder) as server:
         page, record, facts = booksite.open_page(browser, server.url("root_path.html"),
                                                  server.origin + "/")

@@ -183,5 +183,6 @@ def test_a_stalled_build_is_started_once_more_and_twice_fails():
                      stall=2)
     assert calls == ["quick", "stalls once", "stalls once"]
     assert [(r.returncode, r.stdout) for r in done.values()] == [(0, "built\n")] * 2
-    with pytest.raises(pytest.fail.Exception, match="'stalls twice' build stalled twice"):
+    with pytest.raises(pytest.fail.Exception,
+                       match="'stalls twice' build stalled twice"):
         build_all({"stalls twice": {"stalls": 2}}, start, stall=2)

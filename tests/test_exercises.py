@@ -510,7 +510,10 @@ def test_cross_entropy_checker_says_off_by_a_sign_and_summed_instead_of_mean():
     assert (
         "B = 4 times the gradient of the mean" in error.detail and "divide" in error.fix
     )
-    other = lambda Z, y: (cross_entropy(Z, y), 0.5 * reference_cross_entropy(Z, y)[1])  # noqa: E731
+    other = lambda Z, y: (  # noqa: E731
+        cross_entropy(Z, y),
+        0.5 * reference_cross_entropy(Z, y)[1],
+    )
     error = failure(check_cross_entropy, other)
     assert "off by a sign" not in error.detail and "sign and the 1/B" in error.fix
 
@@ -1731,7 +1734,8 @@ def test_check_top_p_reports_a_stub_and_holds_under_python_O(under_O):
 
 # --- Chapter 9: merging two softmax states; the tile loop -----------------------------
 
-from attncourse.faults import tiled as ftiled  # noqa: E402  (this section's own imports)
+# this section's own imports
+from attncourse.faults import tiled as ftiled  # noqa: E402
 from attncourse.tiled import (
     causal_tiles,
     empty_state,
@@ -1888,12 +1892,19 @@ def test_the_chapter_9_checkers_hold_under_python_O(under_O):
 
 # --- Chapter 3: the whole head, backward; Chapter 4: split/merge and positions --------
 
-from attncourse.faults import multihead as fmh  # noqa: E402  (this section's own imports)
+# this section's own imports
+from attncourse.faults import multihead as fmh  # noqa: E402
 from attncourse.faults import positions as fpos  # noqa: E402
-from attncourse.layers.attention import attention_backward, attention_forward  # noqa: E402
+from attncourse.layers.attention import (  # noqa: E402
+    attention_backward,
+    attention_forward,
+)
 from attncourse.layers.head import head_backward, head_forward  # noqa: E402
 from attncourse.layers.multihead import merge_heads, split_heads  # noqa: E402
-from attncourse.layers.positions import positions_backward, positions_forward  # noqa: E402
+from attncourse.layers.positions import (  # noqa: E402
+    positions_backward,
+    positions_forward,
+)
 
 
 def _head_grads(attention_bwd=attention_backward):

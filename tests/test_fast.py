@@ -420,8 +420,8 @@ def test_no_queries_or_no_keys_give_empty_or_zero_results_in_every_version(T_q, 
 
 
 def test_two_threads_never_share_a_row_buffer():
-    # Each thread of the backward pass owns its buffer of dS rows; one buffer shared by two
-    # threads that run their products at the same time would mix their heads' rows.
+    # Each thread of the backward pass owns its buffer of dS rows; one buffer shared by
+    # two threads that run their products at the same time would mix their heads' rows.
     rng = np.random.default_rng(21)
     Q, K, V = (rng.standard_normal((2, 384, w)) for w in (24, 24, 40))
     G = rng.standard_normal((2, 384, 40))

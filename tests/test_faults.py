@@ -194,7 +194,8 @@ def test_every_fault_has_the_signature_of_the_function_it_imitates(module):
 @pytest.mark.parametrize("module", MODULES, ids=short)
 def test_the_table_lists_every_verdict_in_lines_of_at_most_88_characters(module):
     rows = held_verdicts(module)
-    if module is fa:  # held verdicts are those a fresh run gives (shown on a quick module)
+    # held verdicts are those a fresh run gives (shown on a quick module)
+    if module is fa:
         assert rows == faults.verdicts(module.FAULTS, module.CHECKS)
     lines = faults.table(module.FAULTS, module.CHECKS, rows=rows).splitlines()
     assert len(lines) == 1 + len(rows)
@@ -212,7 +213,8 @@ def test_a_wrong_registry_entry_is_reported():
     assert [row[3] for row in faults.verdicts([flipped], fm.CHECKS)] == [True, False]
     assert "(registry says caught)" in faults.table([flipped], fm.CHECKS)
     rows = faults.verdicts([flipped], fm.CHECKS)
-    assert faults.table([flipped], fm.CHECKS, rows=rows) == faults.table([flipped], fm.CHECKS)
+    assert (faults.table([flipped], fm.CHECKS, rows=rows)
+            == faults.table([flipped], fm.CHECKS))
     with pytest.raises(ValueError, match="names the check 'no such check'"):
         faults.verdicts([fault._replace(blind=("no such check",))], fm.CHECKS)
     with pytest.raises(ValueError, match="takes 'attention_forward'"):

@@ -1,28 +1,32 @@
 """The chapters opened in JupyterLab, as a learner who clones the course sees them.
 
-JupyterLab (with ``jupyterlab-myst``, both installed by requirements.txt and by the README's
-learner command) is started headless on 127.0.0.1 with a random token, a temporary settings,
-workspace, runtime and data folder, and nothing that fetches from the internet (no news, no update
-check, a read-only extension manager); every browser request to another host is refused and
-recorded. A chapter is opened in the same headless Chromium the book tests use, every cell rendered
-(notebook windowing off), and the tests assert what the book shows:
+JupyterLab (with ``jupyterlab-myst``, both installed by requirements.txt and by the
+README's learner command) is started headless on 127.0.0.1 with a random token, a
+temporary settings, workspace, runtime and data folder, and nothing that fetches from
+the internet (no news, no update check, a read-only extension manager); every browser
+request to another host is refused and recorded. A chapter is opened in the same
+headless Chromium the book tests use, every cell rendered (notebook windowing off), and
+the tests assert what the book shows:
 
-- every markdown cell is rendered, and the display equations are typeset by KaTeX — at least as
-  many as the notebook's ``{math}`` blocks and ``$$`` pairs — with no KaTeX error;
-- no raw MyST is visible in the rendered markdown: no ``{math}``, ``{eq}``, ``{exercise}``,
-  ``{solution}`` (or any other role or directive name in braces), no directive fence, no label
-  target, no untypeset TeX;
-- every solution is folded: a closed dropdown whose body is hidden, and the code cells of a gated
-  solution (between ``{solution-start}`` and ``{solution-end}``) have their input folded.
+- every markdown cell is rendered, and the display equations are typeset by KaTeX — at
+  least as many as the notebook's ``{math}`` blocks and ``$$`` pairs — with no KaTeX
+  error;
+- no raw MyST is visible in the rendered markdown: no ``{math}``, ``{eq}``,
+  ``{exercise}``, ``{solution}`` (or any other role or directive name in braces), no
+  directive fence, no label target, no untypeset TeX;
+- every solution is folded: a closed dropdown whose body is hidden, and the code cells
+  of a gated solution (between ``{solution-start}`` and ``{solution-end}``) have their
+  input folded.
 
-Fault controls: a notebook with planted mistakes (an unknown directive, a solution that is not a
-dropdown, an unfolded solution code cell, broken TeX) must be flagged cell by cell, and
-a chapter's own cells (an excerpt holding its first ``{math}`` block, its first ``{eq}``
-reference and its first exercise with its solution: ``chapter_excerpt``) opened in
-JupyterLab with the jupyterlab-myst extension disabled must fail the same checks.
+Fault controls: a notebook with planted mistakes (an unknown directive, a solution that
+is not a dropdown, an unfolded solution code cell, broken TeX) must be flagged cell by
+cell, and a chapter's own cells (an excerpt holding its first ``{math}`` block, its
+first ``{eq}`` reference and its first exercise with its solution: ``chapter_excerpt``)
+opened in JupyterLab with the jupyterlab-myst extension disabled must fail the same
+checks.
 
-A screenshot of each notebook opened lands in ``_build/screenshots/jupyterlab/``. Without a
-Chromium these tests skip, except under CI (``CI=true``), where they fail.
+A screenshot of each notebook opened lands in ``_build/screenshots/jupyterlab/``.
+Without a Chromium these tests skip, except under CI (``CI=true``), where they fail.
 """
 
 import contextlib
@@ -43,7 +47,8 @@ import pytest
 
 import booksite
 
-pytestmark = pytest.mark.book  # slow, and a browser: the fast set is pytest -m "not book"
+# slow, and a browser: the fast set is pytest -m "not book"
+pytestmark = pytest.mark.book
 
 ROOT = booksite.ROOT
 CHAPTERS = ["03_one_attention_head", "04_causality_heads_positions"]
@@ -57,24 +62,29 @@ def free_port():
         return s.getsockname()[1]
 
 
-# Settings a learner would not need, written for the test's private JupyterLab only: no news
-# prompt, no update check, every cell rendered (windowing would render only what is on screen).
+# Settings a learner would not need, written for the test's private JupyterLab only: no
+# news prompt, no update check, every cell rendered (windowing would render only what is
+# on screen).
 SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                        "checkForUpdates": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
+        "windowingMode": "none"},
 }
 SERVER_CONFIG = {
-    "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+    "LabApp": {"news_url": None,
+               "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
                "extension_manager": "readonly"},
     "ServerApp": {"open_browser": False},
 }
 
 
 class JupyterLab:
-    """JupyterLab serving ``folder`` on 127.0.0.1 for as long as the ``with`` block lasts.
+    """JupyterLab serving ``folder`` on 127.0.0.1 for as long as the ``with`` block
+    lasts.
 
-    ``myst=False`` starts it with the jupyterlab-myst extension disabled (the fault control).
+    ``myst=False`` starts it with the jupyterlab-myst extension disabled (the fault
+    control).
     """
 
     def __init__(self, folder, myst=True):
@@ -96,31 +106,40 @@ class JupyterLab:
             path = tmp / "settings" / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))
-        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_DATA_DIR": str(tmp / "data"),
-               "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"), "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
-               "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"), "IPYTHONDIR": str(tmp / "ipython"),
+        env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config),
+               "JUPYTER_DATA_DIR": str(tmp / "data"),
+               "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+               "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+               "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+               "IPYTHONDIR": str(tmp / "ipython"),
                "JUPYTER_PLATFORM_DIRS": "1", "MPLBACKEND": "Agg"}
         self.log = tmp / "jupyterlab.log"
-        args = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-                "--port-retries=0", f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={self.folder}"]
+        args = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+                f"--port={self.port}",
+                "--port-retries=0", f"--ServerApp.token={self.token}",
+                f"--ServerApp.root_dir={self.folder}"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             args.append("--allow-root")
         with open(self.log, "w") as log:
-            self._process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.folder)
+            self._process = subprocess.Popen(args, env=env, stdout=log,
+                                             stderr=subprocess.STDOUT, cwd=self.folder)
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{self.origin}/api/status?token={self.token}", timeout=2):
+                with urllib.request.urlopen(
+                        f"{self.origin}/api/status?token={self.token}", timeout=2):
                     break
             except OSError:
                 if self._process.poll() is not None or time.monotonic() > deadline:
                     self.__exit__(None, None, None)
-                    raise AssertionError(f"JupyterLab did not start:\n{self.log_tail()}")
+                    raise AssertionError(
+                        f"JupyterLab did not start:\n{self.log_tail()}")
                 time.sleep(0.3)
         return self
 
     def log_tail(self):
-        return self.log.read_text(errors="replace")[-3000:] if self.log.is_file() else ""
+        return (self.log.read_text(errors="replace")[-3000:] if self.log.is_file()
+                else "")
 
     def __exit__(self, *exc):
         if self._process.poll() is None:
@@ -136,7 +155,7 @@ class JupyterLab:
         return f"{self.origin}/lab/tree/{relpath}?reset&token={self.token}"
 
 
-# ------------------------------------------------------------ what the notebook's source promises
+# -------------------------------------------------- what the notebook's source promises
 
 _DIRECTIVE = re.compile(r"^(?:`{3,}|:{3,})\{([\w:-]+)\}", re.MULTILINE)
 
@@ -147,34 +166,41 @@ def markdown_cells(notebook):
 
 
 def display_math(text):
-    """How many display equations a markdown cell's source holds: ``{math}`` blocks and ``$$`` pairs."""
+    """How many display equations a markdown cell's source holds: ``{math}`` blocks and
+    ``$$`` pairs."""
     return _DIRECTIVE.findall(text).count("math") + text.count("$$") // 2
 
 
 def expected(notebook):
-    """What a correct rendering of ``notebook`` must contain, counted from its markdown source."""
+    """What a correct rendering of ``notebook`` must contain, counted from its markdown
+    source."""
     solutions = 0
     for text in markdown_cells(notebook):
-        solutions += sum(1 for n in _DIRECTIVE.findall(text) if n in ("solution", "solution-start"))
+        solutions += sum(1 for n in _DIRECTIVE.findall(text)
+                         if n in ("solution", "solution-start"))
     gated, inside = [], False  # indices of the code cells inside a gated solution
     for index, cell in enumerate(notebook["cells"]):
-        names = _DIRECTIVE.findall("".join(cell["source"])) if cell["cell_type"] == "markdown" else []
+        names = (_DIRECTIVE.findall("".join(cell["source"]))
+                 if cell["cell_type"] == "markdown" else [])
         if "solution-end" in names:
             inside = False
         elif inside and cell["cell_type"] == "code":
             gated.append(index)
         if "solution-start" in names:
             inside = "solution-end" not in names[names.index("solution-start"):]
-    return {"display_math": sum(display_math(t) for t in markdown_cells(notebook)), "solutions": solutions,
+    return {"display_math": sum(display_math(t) for t in markdown_cells(notebook)),
+            "solutions": solutions,
             "gated_code_cells": gated, "cells": len(notebook["cells"])}
 
 
-# ----------------------------------------------------------------- what the browser shows
+# ------------------------------------------------------------- what the browser shows
 
-# Raw MyST a reader must never see in rendered markdown: a role or directive name in braces, a
-# directive fence, a label target "(name)=" at the start of a line, a directive option line.
+# Raw MyST a reader must never see in rendered markdown: a role or directive name in
+# braces, a directive fence, a label target "(name)=" at the start of a line, a
+# directive option line.
 _RAW_MYST = re.compile(
-    r"\{(?:math|eq|exercise|solution(?:-start|-end)?|ref|numref|doc|cite(?::\w+)?|term|glue(?::\w+)?"
+    r"\{(?:math|eq|exercise|solution(?:-start|-end)?|ref|numref|doc|cite(?::\w+)?|term"
+    r"|glue(?::\w+)?"
     r"|prf:\w+|dropdown|admonition|note|warning|figure|code-cell|[a-z][\w-]*)\}`?"
     r"|`{3,}\{|:{3,}\{|^\s*\([\w-]+\)=\s*$|^:(?:label|class|name|nonumber):",
     re.MULTILINE)
@@ -185,7 +211,8 @@ _MYST_ERROR = re.compile(r"\bUnknown (?:Directive|Role)\b")
 
 
 def raw_myst_fragments(text):
-    """Pieces of ``text`` (what a rendered markdown cell shows) that look like unrendered MyST.
+    """Pieces of ``text`` (what a rendered markdown cell shows) that look like
+    unrendered MyST.
 
     >>> raw_myst_fragments("See {eq}`eq-ch3-scores` and")
     ['{eq}`']
@@ -194,51 +221,68 @@ def raw_myst_fragments(text):
     >>> raw_myst_fragments("A set {x : x > 0} and a dict {'a': 1}, and (2) twice.")
     []
     """
-    return [m.group(0).strip() for m in _RAW_MYST.finditer(text)] + _MYST_ERROR.findall(text)
+    return ([m.group(0).strip() for m in _RAW_MYST.finditer(text)]
+            + _MYST_ERROR.findall(text))
 
 
 NOTEBOOK_FACTS_JS = r"""
 () => {
   // checkVisibility() also sees the content of a closed <details> as hidden
-  const visible = e => !!e && (e.checkVisibility ? e.checkVisibility({visibilityProperty: true, opacityProperty: true})
-                                                 : e.getClientRects().length > 0);
-  const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
-  const skip = 'script,style,pre,code,.katex,.MathJax,mjx-container,.jp-Editor,.jp-InputPrompt,.jp-Collapser';
+  const visible = e => !!e && (e.checkVisibility
+    ? e.checkVisibility({visibilityProperty: true, opacityProperty: true})
+    : e.getClientRects().length > 0);
+  const cells = [...document.querySelectorAll(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
+  const skip = 'script,style,pre,code,.katex,.MathJax,mjx-container,' +
+    '.jp-Editor,.jp-InputPrompt,.jp-Collapser';
   const textOf = root => {
     const parts = [];
-    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {acceptNode: n =>
-      n.parentElement && n.parentElement.closest(skip) ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
+      acceptNode: n => n.parentElement && n.parentElement.closest(skip)
+        ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
     while (walker.nextNode()) parts.push(walker.currentNode.nodeValue);
     return parts.join('');
   };
   return cells.map(cell => {
     const markdown = cell.classList.contains('jp-MarkdownCell');
     const input = cell.querySelector('.jp-Cell-inputArea');
-    // a rendered markdown cell shows its output next to the (hidden) editor in the input area
-    const outputs = input ? [...input.children].filter(c => !c.matches('.jp-InputPrompt, .jp-Editor, .jp-Collapser')) : [];
-    const rendered = markdown && outputs.length > 0 && !!cell.querySelector('.jp-Editor.lm-mod-hidden, .jp-Editor[hidden]');
+    // a rendered markdown cell shows its output next to the (hidden) editor in the
+    // input area
+    const outputs = input ? [...input.children]
+      .filter(c => !c.matches('.jp-InputPrompt, .jp-Editor, .jp-Collapser')) : [];
+    const rendered = markdown && outputs.length > 0 &&
+      !!cell.querySelector('.jp-Editor.lm-mod-hidden, .jp-Editor[hidden]');
     const solutions = [];
     for (const out of outputs) {
-      for (const box of out.querySelectorAll('details, aside, .admonition, div[class*="myst-exercise"], div[class*="myst-admonition"]')) {
+      for (const box of out.querySelectorAll('details, aside, .admonition, ' +
+          'div[class*="myst-exercise"], div[class*="myst-admonition"]')) {
         if (box.parentElement.closest('details, aside, .admonition')) continue;
-        const title = box.querySelector('summary, .admonition-title, [class*="-title"], [class*="-header"]');
+        const title = box.querySelector(
+          'summary, .admonition-title, [class*="-title"], [class*="-header"]');
         const titleText = title ? title.textContent.trim() : '';
         if (!/solution/i.test(titleText)) continue;
         const body = [...box.children].filter(c => c !== title && !c.contains(title));
-        solutions.push({title: titleText.slice(0, 80), dropdown: box.tagName === 'DETAILS',
+        solutions.push({title: titleText.slice(0, 80),
+                        dropdown: box.tagName === 'DETAILS',
                         open: box.tagName === 'DETAILS' ? box.open : true,
                         bodyVisible: body.some(visible)});
       }
     }
     return {
       markdown, rendered,
-      inputVisible: visible(input) && (markdown || visible(cell.querySelector('.jp-Editor'))),
+      inputVisible: visible(input) &&
+        (markdown || visible(cell.querySelector('.jp-Editor'))),
       text: outputs.map(textOf).join('\n'),
-      displayMath: outputs.reduce((n, o) => n + o.querySelectorAll('.katex-display, mjx-container[display="true"]').length, 0),
-      inlineMath: outputs.reduce((n, o) => n + o.querySelectorAll('.katex, mjx-container').length, 0),
-      rawFences: outputs.flatMap(o => [...o.querySelectorAll('pre > code[class*="language-{"], pre > code[class*="language-%7B"]')])
+      displayMath: outputs.reduce((n, o) => n +
+        o.querySelectorAll('.katex-display, mjx-container[display="true"]').length, 0),
+      inlineMath: outputs.reduce((n, o) => n +
+        o.querySelectorAll('.katex, mjx-container').length, 0),
+      rawFences: outputs.flatMap(o => [...o.querySelectorAll(
+        'pre > code[class*="language-{"], pre > code[class*="language-%7B"]')])
         .map(e => e.className),
-      mathErrors: outputs.flatMap(o => [...o.querySelectorAll('.katex-error, mjx-merror')]).map(e => e.textContent.slice(0, 80)),
+      mathErrors: outputs
+        .flatMap(o => [...o.querySelectorAll('.katex-error, mjx-merror')])
+        .map(e => e.textContent.slice(0, 80)),
       solutions,
     };
   });
@@ -247,10 +291,11 @@ NOTEBOOK_FACTS_JS = r"""
 
 
 def notebook_problems(notebook, cells):
-    """Judge the rendered notebook (``cells``, from NOTEBOOK_FACTS_JS) against its source.
+    """Judge the rendered notebook (``cells``, from NOTEBOOK_FACTS_JS) against its
+    source.
 
-    Returns ``(index, problem)`` pairs; ``index`` is the cell's position in the notebook, or None
-    for a problem of the whole notebook.
+    Returns ``(index, problem)`` pairs; ``index`` is the cell's position in the
+    notebook, or None for a problem of the whole notebook.
     """
     want = expected(notebook)
     problems = []
@@ -261,49 +306,61 @@ def notebook_problems(notebook, cells):
             if not cell["rendered"]:
                 problems.append((index, "markdown cell not rendered"))
                 continue
-            problems += [(index, f"raw MyST visible: {f!r}") for f in raw_myst_fragments(cell["text"])]
-            problems += [(index, f"raw TeX visible: {f!r}") for f in booksite.raw_tex_fragments(cell["text"])]
-            problems += [(index, f"raw MyST visible: a directive shown as code ({c})") for c in cell["rawFences"]]
+            problems += [(index, f"raw MyST visible: {f!r}")
+                         for f in raw_myst_fragments(cell["text"])]
+            problems += [(index, f"raw TeX visible: {f!r}")
+                         for f in booksite.raw_tex_fragments(cell["text"])]
+            problems += [(index, f"raw MyST visible: a directive shown as code ({c})")
+                         for c in cell["rawFences"]]
             problems += [(index, f"TeX error: {e!r}") for e in cell["mathErrors"]]
             wanted = display_math("".join(source["source"]))
             if cell["displayMath"] < wanted:
-                problems.append((index, f"{cell['displayMath']} typeset display equations for {wanted} in the source"))
+                problems.append((index, f"{cell['displayMath']} typeset display "
+                                        f"equations for {wanted} in the source"))
             for s in cell["solutions"]:
                 if not s["dropdown"]:
-                    problems.append((index, f"solution {s['title']!r} is not a dropdown"))
+                    problems.append((index,
+                                     f"solution {s['title']!r} is not a dropdown"))
                 elif s["open"] or s["bodyVisible"]:
                     problems.append((index, f"solution {s['title']!r} is open"))
         elif index in want["gated_code_cells"] and cell["inputVisible"]:
-            problems.append((index, "code cell of a solution is not folded (input shown): give it the cell "
+            problems.append((index, "code cell of a solution is not folded "
+                                    "(input shown): give it the cell "
                                     "metadata \"jupyter\": {\"source_hidden\": true}"))
     shown = sum(len(c["solutions"]) for c in cells)
     if shown < want["solutions"]:
-        problems.append((None, f"{shown} solution boxes for {want['solutions']} in the source"))
+        problems.append((None, f"{shown} solution boxes for {want['solutions']} in the "
+                               "source"))
     return problems
 
 
 def open_notebook(context, lab, relpath, ready=None):
-    """Open ``relpath`` in JupyterLab; wait until every cell is shown and rendering has settled.
+    """Open ``relpath`` in JupyterLab; wait until every cell is shown and rendering has
+    settled.
 
-    ``ready``, given the cells' facts, says whether the page already shows what is expected;
-    until it does (or PAGE_TIMEOUT passes) the wait goes on, so that a slow, busy machine
-    is given the time to typeset instead of being judged mid-way. The facts are judged
-    afterwards all the same.
+    ``ready``, given the cells' facts, says whether the page already shows what is
+    expected; until it does (or PAGE_TIMEOUT passes) the wait goes on, so that a slow,
+    busy machine is given the time to typeset instead of being judged mid-way. The facts
+    are judged afterwards all the same.
 
-    Returns the cells' facts, the requests that tried to leave the machine and a screenshot path.
+    Returns the cells' facts, the requests that tried to leave the machine and a
+    screenshot path.
     """
     page = context.new_page()
     external = []
 
     def is_local(u):
-        return u.startswith(lab.origin + "/") or u.startswith(("data:", "blob:", "about:", "ws://127.0.0.1"))
+        return u.startswith(lab.origin + "/") or u.startswith(
+            ("data:", "blob:", "about:", "ws://127.0.0.1"))
 
     page.on("request", lambda r: None if is_local(r.url) else external.append(r.url))
-    page.route(lambda u: not is_local(u), lambda route: route.abort("blockedbyclient"))
+    page.route(lambda u: not is_local(u),
+               lambda route: route.abort("blockedbyclient"))
     try:
         start = time.monotonic()
         page.goto(lab.url(relpath), wait_until="load", timeout=PAGE_TIMEOUT * 1000)
-        page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=PAGE_TIMEOUT * 1000)
+        page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell",
+                               timeout=PAGE_TIMEOUT * 1000)
         cells, previous, stable = None, None, 0
         while time.monotonic() - start < PAGE_TIMEOUT:
             page.wait_for_timeout(500)
@@ -316,7 +373,8 @@ def open_notebook(context, lab, relpath, ready=None):
                 break
         if cells is None:
             cells = page.evaluate(NOTEBOOK_FACTS_JS)
-        shot = ROOT / "_build" / "screenshots" / "jupyterlab" / (pathlib.PurePosixPath(relpath).stem + ".png")
+        shot = (ROOT / "_build" / "screenshots" / "jupyterlab"
+                / (pathlib.PurePosixPath(relpath).stem + ".png"))
         shot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shot))
         return cells, external
@@ -335,16 +393,19 @@ def _require_jupyterlab():
         import jupyterlab  # noqa: F401
         import jupyterlab_myst  # noqa: F401
     except ImportError:
-        pytest.fail("JupyterLab or jupyterlab-myst is missing: pip install -r requirements.txt -c constraints.txt",
+        pytest.fail("JupyterLab or jupyterlab-myst is missing: "
+                    "pip install -r requirements.txt -c constraints.txt",
                     pytrace=False)
 
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A copy of the chapters (the server writes checkpoints and trust data next to them)."""
+    """A copy of the chapters (the server writes checkpoints and trust data next to
+    them)."""
     folder = tmp_path_factory.mktemp("learner")
     shutil.copytree(ROOT / "chapters", folder / "chapters",
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "_build"))
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__",
+                                                  "_build"))
     return folder
 
 
@@ -367,27 +428,32 @@ def format_problems(problems):
 def test_chapter_renders_in_jupyterlab_as_in_the_book(browser, lab, workdir, chapter):
     relpath = f"chapters/{chapter}.ipynb"
     notebook = read_notebook(workdir / relpath)
-    cells, external = open_notebook(browser, lab, relpath,
-                                    ready=lambda cells: not notebook_problems(notebook, cells))
+    cells, external = open_notebook(
+        browser, lab, relpath,
+        ready=lambda cells: not notebook_problems(notebook, cells))
     want = expected(notebook)
-    assert want["display_math"] >= 5 and want["solutions"] >= 2, "the chapter should hold equations and solutions"
+    assert want["display_math"] >= 5 and want["solutions"] >= 2, (
+        "the chapter should hold equations and solutions")
     problems = notebook_problems(notebook, cells)
-    assert not problems, f"{chapter} in JupyterLab: {len(problems)} problem(s):\n" + format_problems(problems)
+    assert not problems, (f"{chapter} in JupyterLab: {len(problems)} problem(s):\n"
+                          + format_problems(problems))
     assert external == [], f"JupyterLab asked the network for {external}"
 
 
-# ------------------------------------------------------------------------ fault controls
+# -------------------------------------------------------------------- fault controls
 
 def _markdown(text):
     return {"cell_type": "markdown", "metadata": {}, "source": text}
 
 
 def _code(text, **metadata):
-    return {"cell_type": "code", "metadata": metadata, "source": text, "outputs": [], "execution_count": None}
+    return {"cell_type": "code", "metadata": metadata, "source": text, "outputs": [],
+            "execution_count": None}
 
 
 CLEAN_CELLS = [
-    _markdown("# A planted page\n\n```{math}\n:label: eq-fault-s\nS = Q K^\\top / \\sqrt{d}\n```\n\n"
+    _markdown("# A planted page\n\n```{math}\n:label: eq-fault-s\n"
+              "S = Q K^\\top / \\sqrt{d}\n```\n\n"
               "By {eq}`eq-fault-s`, inline $x^2$."),
     _markdown("```{exercise} Do it\n:label: ex-fault\n\nCompute $S$.\n```"),
     _markdown("```{solution-start} ex-fault\n:class: dropdown\n```\n\nThe answer."),
@@ -396,9 +462,12 @@ CLEAN_CELLS = [
     _markdown("```{solution} ex-fault\n:class: dropdown\n\nAgain $y$.\n```"),
 ]
 FAULT_CELLS = {  # name -> (cell, what the judge must say about it)
-    "unknown directive": (_markdown("```{nosuchdirective}\nbody\n```"), "raw MyST visible"),
-    "solution not folded": (_markdown("```{solution} ex-fault\n\nShown at once.\n```"), "is not a dropdown"),
-    "broken TeX": (_markdown("```{math}\n\\frac{a}{\n```"), "0 typeset display equations for 1"),
+    "unknown directive": (_markdown("```{nosuchdirective}\nbody\n```"),
+                          "raw MyST visible"),
+    "solution not folded": (_markdown("```{solution} ex-fault\n\nShown at once.\n```"),
+                            "is not a dropdown"),
+    "broken TeX": (_markdown("```{math}\n\\frac{a}{\n```"),
+                   "0 typeset display equations for 1"),
 }
 UNFOLDED_SOLUTION_CODE = [  # a gated solution whose code cell is shown
     _markdown("```{solution-start} ex-fault\n:class: dropdown\n```"),
@@ -416,7 +485,9 @@ def planted_notebook():
     where["unfolded solution code"] = len(cells) + 1
     cells += UNFOLDED_SOLUTION_CODE
     notebook = {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+                "metadata": {"kernelspec": {"name": "python3",
+                                            "display_name": "Python 3",
+                                            "language": "python"}}}
     for i, cell in enumerate(notebook["cells"]):
         cell["id"] = f"planted-{i}"
     return notebook, where
@@ -430,10 +501,12 @@ def test_fault_control_planted_mistakes_are_flagged_cell_by_cell(browser, lab, w
     flagged = {}
     for index, problem in problems:
         flagged.setdefault(index, []).append(problem)
-    assert set(flagged) == set(where.values()), f"flagged cells {sorted(flagged, key=str)}, planted at {where}:\n" \
-        + format_problems(problems)
+    assert set(flagged) == set(where.values()), (
+        f"flagged cells {sorted(flagged, key=str)}, planted at {where}:\n"
+        + format_problems(problems))
     for name, (_, message) in FAULT_CELLS.items():
-        assert any(message in p for p in flagged[where[name]]), (name, flagged[where[name]])
+        assert any(message in p for p in flagged[where[name]]), (
+            name, flagged[where[name]])
     assert any("not folded" in p for p in flagged[where["unfolded solution code"]])
 
 

@@ -608,8 +608,8 @@ def test_the_key_valid_batch_shape_comes_from_all_three_inputs(carrier):
 def test_an_offset_past_the_keys_is_named_with_the_positions_it_would_need():
     rng = np.random.default_rng(4)
     Q, K, V = (rng.standard_normal((T, w)) for T, w in ((3, 2), (5, 2), (5, 4)))
-    message = (r"^query_offset=3 puts the 3 queries at positions 3\.\.5, but there are only "
-               r"5 keys \(positions 0\.\.4\): query has shape \(3, 2\), key has shape "
-               r"\(5, 2\); query_offset \+ T_q must be <= T_k$")
+    message = (r"^query_offset=3 puts the 3 queries at positions 3\.\.5, but there are "
+               r"only 5 keys \(positions 0\.\.4\): query has shape \(3, 2\), key has "
+               r"shape \(5, 2\); query_offset \+ T_q must be <= T_k$")
     with pytest.raises(ValueError, match=message):
         causal_attention(Q, K, V, query_offset=3)

@@ -317,13 +317,15 @@ def test_the_tool_folds_the_code_of_gated_solutions_and_nothing_else():
     nb = nbformat.v4.new_notebook()
     nb.cells = [
         nbformat.v4.new_code_cell("exercise = 1"),
-        nbformat.v4.new_markdown_cell("````{solution-start} ex-a\n:class: dropdown\n````"),
+        nbformat.v4.new_markdown_cell(
+            "````{solution-start} ex-a\n:class: dropdown\n````"),
         nbformat.v4.new_code_cell("answer = 1"),
         nbformat.v4.new_markdown_cell("More of the answer."),
         nbformat.v4.new_code_cell("answer = 2"),
         nbformat.v4.new_markdown_cell("````{solution-end}\n````"),
         nbformat.v4.new_code_cell("after = 1"),
-        nbformat.v4.new_markdown_cell("```{solution} ex-b\n:class: dropdown\nText.\n```"),
+        nbformat.v4.new_markdown_cell(
+            "```{solution} ex-b\n:class: dropdown\nText.\n```"),
         nbformat.v4.new_code_cell("not_gated = 1"),
     ]
     assert setup_tool.solution_code_cells(nb) == [2, 4]
@@ -379,7 +381,8 @@ def test_binder_installs_the_package_at_the_locked_versions():
     ]
     extras = ",".join(setup_tool.EXTRAS)
     assert commands == [
-        f'python -m pip install --no-cache-dir -e ".[{extras}]" jupyterlab jupyterlab-myst '
+        f'python -m pip install --no-cache-dir -e ".[{extras}]" '
+        "jupyterlab jupyterlab-myst "
         "-c constraints.txt"
     ]
     pins = (ROOT / "constraints.txt").read_text()
@@ -441,7 +444,7 @@ def test_nbval_with_the_root_conftest_fails_an_exercise_that_shows_no_notice(tmp
     assert "1 failed, 3 passed" in result.stdout
 
 
-# One execution of each chapter (tools/nbrecord.py and the root conftest.py) ------------
+# One execution of each chapter (tools/nbrecord.py and the root conftest.py) -----------
 
 nbrecord = _load("nbrecord_under_test", ROOT / "tools" / "nbrecord.py")
 FIRST, SECOND = CHAPTERS[0], CHAPTERS[1]
@@ -454,7 +457,8 @@ def test_a_record_is_taken_only_while_its_key_is_current(tmp_path, monkeypatch):
     assert record["key"] == nbrecord.chapter_key(FIRST) and record["executed"] == "{}"
     # fault controls: a key one character off, a damaged file, an edited notebook
     path = nbrecord.record_path(FIRST)
-    stale = dict(record, key=record["key"][:-1] + ("0" if record["key"][-1] != "0" else "1"))
+    stale = dict(record,
+                 key=record["key"][:-1] + ("0" if record["key"][-1] != "0" else "1"))
     path.write_text(json.dumps(stale))
     assert nbrecord.fresh_record(FIRST) is None
     path.write_text(json.dumps(record)[:-1])
@@ -472,7 +476,8 @@ def test_the_key_covers_the_package_the_settings_and_the_environment(
     for name in nbrecord.SOURCES:
         target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, target)
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(
+            ROOT / name, target)
     monkeypatch.setattr(nbrecord, "ROOT", tmp_path)
     threads = os.environ.get("OPENBLAS_NUM_THREADS")
     digest = nbrecord.environment_digest.__wrapped__

@@ -85,9 +85,11 @@ def long_lines(path):
 
 
 # what a reader sees as code: the chapters' code cells (in the book and in Jupyter) and
-# the package, whose source the chapters show; also the tools and the test settings
+# the package, whose source the chapters show; also the tools, the tests (tests/*.py)
+# and the root conftest.py, the test settings
 CODE = [*NOTEBOOKS, *sorted((ROOT / "src" / "attncourse").rglob("*.py")),
-        *sorted((ROOT / "tools").glob("*.py")), ROOT / "conftest.py"]
+        *sorted((ROOT / "tools").glob("*.py")), *sorted((ROOT / "tests").glob("*.py")),
+        ROOT / "conftest.py"]
 
 
 @pytest.mark.parametrize("path", CODE, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -190,9 +192,10 @@ def test_the_version_is_written_once_and_read_from_the_installed_metadata():
 
 
 def exclusion_problems(excludes, lock, commands):
-    """What is wrong with the excludes file ``excludes`` (requirements format) against the
-    lock ``lock`` and the install ``commands``: a name the lock does not pin excludes
-    nothing (a typo), and a command without ``--excludes excludes.txt`` installs it.
+    """What is wrong with the excludes file ``excludes`` (requirements format) against
+    the lock ``lock`` and the install ``commands``: a name the lock does not pin
+    excludes nothing (a typo), and a command without ``--excludes excludes.txt``
+    installs it.
 
     >>> exclusion_problems("# why\\nFoo_Bar  # a reason\\n", "foo-bar==1.0\\n",
     ...                    ["uv pip install -r r.txt --excludes excludes.txt"])

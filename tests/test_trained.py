@@ -67,7 +67,7 @@ def test_unknown_recipes_and_fields_are_refused():
         trained.train_recipe("chars", batch=3)
 
 
-# --- trained_model: a recipe trained once per machine ----------------------------------
+# --- trained_model: a recipe trained once per machine ---------------------------------
 
 
 class Asked(list):
@@ -93,7 +93,8 @@ def stub_training(monkeypatch):
         history = {"step": np.arange(1, 4), "loss": np.array([3.0, 2.5, 2.25]),
                    "lr": np.full(3, 1e-3), "grad_norm": np.ones(3), "seconds": 1.5,
                    "cpu_seconds": 1.25, "eval": []}
-        return as_dtype(init_model(config, seed=len(asked)), np.float32), config, history
+        return (as_dtype(init_model(config, seed=len(asked)), np.float32), config,
+                history)
 
     monkeypatch.setattr(trained, "train_recipe", train_recipe)
     return asked
@@ -108,7 +109,8 @@ def assert_same_model(a, b):
         assert_array_equal(flat_b[name], x)
     for key in ("step", "loss", "lr", "grad_norm"):
         assert_array_equal(b[2][key], a[2][key])
-    assert (b[2]["seconds"], b[2]["cpu_seconds"]) == (a[2]["seconds"], a[2]["cpu_seconds"])
+    assert (b[2]["seconds"], b[2]["cpu_seconds"]) == (
+        a[2]["seconds"], a[2]["cpu_seconds"])
 
 
 def test_a_model_is_trained_once_and_read_back_bit_for_bit(stub_training, tmp_path):
@@ -224,7 +226,8 @@ def test_the_model_key_covers_the_processor_and_the_blas_library(monkeypatch, tm
 def test_the_processor_is_named_from_cpuinfo(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nvendor_id\t: Example\n"
-                       "model name\t: Example CPU 9000: rev. 2 @ 3.00GHz\nflags\t: fpu\n")
+                       "model name\t: Example CPU 9000: rev. 2 @ 3.00GHz\n"
+                       "flags\t: fpu\n")
     assert trained._cpu_model(cpuinfo) == "Example CPU 9000: rev. 2 @ 3.00GHz"
     import platform
     assert trained._cpu_model(tmp_path / "missing") == platform.processor()
@@ -317,11 +320,13 @@ def test_mean_loss_reads_whole_windows_of_t_tokens():
         for ids in (held_out[:n * T + 1], held_out[:n * T + 3]):  # n windows and a rest
             logits, _ = model_forward(params, ids[:n * T].reshape(n, T), config=config)
             want = cross_entropy(logits.reshape(n * T, -1), ids[1:n * T + 1])
-            got = trained.mean_loss(params, config, ids, T=None if T == config.T_max else T)
+            got = trained.mean_loss(params, config, ids,
+                                    T=None if T == config.T_max else T)
             assert got == want
     ids = held_out[:2 * 8]  # 16 tokens hold one whole window of 8 and its targets
     logits, _ = model_forward(params, ids[:8].reshape(1, 8), config=config)
-    assert trained.mean_loss(params, config, ids, T=8) == cross_entropy(logits[0], ids[1:9])
+    assert (trained.mean_loss(params, config, ids, T=8)
+            == cross_entropy(logits[0], ids[1:9]))
 
 
 def test_held_out_recall_is_its_own_seeded_draw():
