@@ -3,6 +3,7 @@ once more; a run that prints is left alone, whatever its length."""
 
 import os
 import pathlib
+import signal
 import sys
 import textwrap
 import time
@@ -11,14 +12,24 @@ import pytest
 
 import execute
 
-# A stand-in for a kernel: a process in a session of its own (as jupyter_client starts
-# kernels) that writes its id to a file and sleeps, holding the run's output pipe.
-KERNEL = textwrap.dedent("""
-    import subprocess, sys
-    kernel = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+# Stand-ins for pytest's processes: the run starts a worker, which starts a kernel in a
+# session of its own (as jupyter_client does), writes the kernel's id and its own to a
+# file and prints once. The kernel ignores SIGTERM: only SIGKILL ends it. The worker's
+# name holds a ")", as a process name may, to test how /proc is read.
+KERNEL = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+          "time.sleep(60)")
+WORKER = textwrap.dedent(f"""
+    import os, subprocess, sys, time
+    kernel = subprocess.Popen([sys.executable, "-c", {KERNEL!r}],
                               start_new_session=True)
-    open(sys.argv[1], "w").write(str(kernel.pid))
+    open(sys.argv[1], "w").write("%d %d" % (kernel.pid, os.getpid()))
     print("kernel started", flush=True)
+    if sys.argv[2] == "stall":
+        time.sleep(60)
+""")
+RUN = textwrap.dedent(f"""
+    import subprocess, sys
+    subprocess.run([sys.argv[1], "-c", {WORKER!r}, *sys.argv[2:]])
 """)
 
 
@@ -38,64 +49,80 @@ def gone_soon(pid, seconds=5):
     return not alive(pid)
 
 
-def kernel_pid(path):
-    return int(path.read_text())
-
-
-@pytest.fixture
-def stalls(tmp_path):
-    """A command that starts a kernel, prints once and then sleeps; yields (command,
-    the file holding the kernel's id) and kills the kernel if a test left it."""
-    pid_file = tmp_path / "kernel.pid"
-    code = KERNEL + "import time; time.sleep(60)"
-    command = [sys.executable, "-c", code, str(pid_file)]
-    yield command, pid_file
-    if pid_file.exists() and alive(kernel_pid(pid_file)):
-        os.kill(kernel_pid(pid_file), 9)
-
-
 needs_proc = pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(),
                                 reason="reads processes from /proc (Linux)")
 
 
+@pytest.fixture
+def run(tmp_path):
+    """``run(mode)``: the command of a run whose worker sleeps after the kernel starts
+    (``"stall"``) or exits at once (``"exit"``), and the kernel's id once it runs. Kills
+    a kernel that a test left."""
+    worker = tmp_path / "worker (1)"
+    worker.symlink_to(sys.executable)
+    pid_file = tmp_path / "kernel.pid"
+
+    def command(mode):
+        return [sys.executable, "-c", RUN, str(worker), str(pid_file), mode]
+
+    yield command, lambda: int(pid_file.read_text().split()[0])
+    for pid in pid_file.read_text().split() if pid_file.exists() else []:
+        if alive(int(pid)):  # the kernel, and the worker of the fault control
+            os.kill(int(pid), signal.SIGKILL)
+
+
 @needs_proc
-def test_a_silent_run_is_killed_with_the_kernels_it_started(stalls, capfd):
-    command, pid_file = stalls
+def test_a_silent_run_is_killed_with_the_kernels_it_started(run, capfd):
+    command, kernel = run
     start = time.monotonic()
-    assert execute.run_watched(command, stall=1) is None
+    assert execute.run_watched(command("stall"), stall=1) is None
     assert time.monotonic() - start < 10
-    assert gone_soon(kernel_pid(pid_file))
+    assert gone_soon(kernel())
     assert "kernel started" in capfd.readouterr().out  # passed on before the stall
 
 
 @needs_proc
-def test_fault_control_without_its_descendants_the_kernel_survives(
-        stalls, monkeypatch):
+def test_fault_control_without_its_descendants_the_kernel_survives(run, monkeypatch):
     # the check above sees a kernel that is left running: kill only the run itself
-    command, pid_file = stalls
+    command, kernel = run
     monkeypatch.setattr(execute, "descendants", lambda pid: [])
-    assert execute.run_watched(command, stall=1) is None
-    assert not gone_soon(kernel_pid(pid_file), seconds=1)
-
-
-def test_a_run_that_prints_is_not_stalled_and_keeps_its_status(capfd):
-    # 2.5 s in all, longer than the stall, but never 1.5 s without output
-    code = ("import sys, time\n"
-            "for i in range(5):\n"
-            "    print('cell', i, flush=True); time.sleep(0.5)\n"
-            "sys.exit(3)")
-    assert execute.run_watched([sys.executable, "-c", code], stall=1.5) == 3
-    assert capfd.readouterr().out.split("\n")[:5] == [f"cell {i}" for i in range(5)]
+    assert execute.run_watched(command("stall"), stall=1) is None
+    assert not gone_soon(kernel(), seconds=1)
 
 
 @needs_proc
-def test_a_kernel_left_holding_the_pipe_does_not_hold_the_run(stalls):
-    command, pid_file = stalls
-    command = [*command[:2], KERNEL, *command[3:]]  # exits at once, its kernel lives
+def test_a_kernel_left_holding_the_pipe_does_not_hold_the_run(run):
+    command, kernel = run
     start = time.monotonic()
-    assert execute.run_watched(command, stall=30) == 0
+    assert execute.run_watched(command("exit"), stall=30) == 0
     assert time.monotonic() - start < 10
-    assert alive(kernel_pid(pid_file))  # still holding the pipe: not waited for
+    assert alive(kernel())  # still holding the pipe: not waited for
+
+
+def test_descendants_reads_every_generation_and_skips_what_it_cannot_read(tmp_path):
+    # 10 -> 11 -> 12, and 20 -> 21; the name of 11 holds ") S 99"; 13, 14 and 15 ended
+    # while /proc was read (their stat is a folder here)
+    stats = {10: "10 (pytest) S 1", 11: "11 (a) S 99) S 10", 12: "12 (kernel) S 11",
+             20: "20 (other) S 1", 21: "21 (x) S 20"}
+    for pid, line in stats.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(line + " 0 0 0\n")
+    for pid in (13, 14, 15):
+        (tmp_path / str(pid) / "stat").mkdir(parents=True)
+    assert sorted(execute.descendants(10, proc=tmp_path)) == [11, 12]
+    assert execute.descendants(12, proc=tmp_path) == []
+
+
+def test_a_run_that_prints_is_not_stalled_and_keeps_its_status(capfd, monkeypatch):
+    # 4.8 s in all, longer than the stall, but never 2 s without output; the prints are
+    # not flushed: the run must ask for unbuffered output to see them as they come
+    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
+    code = ("import sys, time\n"
+            "for i in range(4):\n"
+            "    print('cell', i); time.sleep(1.2)\n"
+            "sys.exit(3)")
+    assert execute.run_watched([sys.executable, "-c", code], stall=2) == 3
+    assert capfd.readouterr().out.split("\n")[:4] == [f"cell {i}" for i in range(4)]
 
 
 def test_a_stalled_run_runs_once_more_and_a_second_stall_stops_the_build(capsys):

@@ -44,17 +44,17 @@ CACHE = ROOT / "_build" / ".jupyter_cache"  # jupyter-book's default for this bo
 
 
 #: Seconds without a byte of output after which the chapters' run counts as stalled.
-#: Its progress marks come cell by cell, and the longest cell takes about 15 s. A kernel
+#: Its progress marks come cell by cell, and the longest cell takes about 12 s. A kernel
 #: was once seen to hang at start-up (its client blocked for good in ``kernel_info``);
 #: the run is then killed and started once more.
 STALL = 180
 
 
-def descendants(pid):
+def descendants(pid, proc="/proc"):
     """The ids of every process below ``pid`` (Linux: read from /proc; else none)."""
     parents = {}
-    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
-        try:
+    for stat in pathlib.Path(proc).glob("[0-9]*/stat"):
+        try:  # "pid (name) state ppid ...", and a name may hold ")"
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:  # the process ended meanwhile
             continue
