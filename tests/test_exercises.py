@@ -46,6 +46,9 @@ from attncourse.verify.exercises import (
     check_one_hot,
     check_softmax_jacobian,
 )
+from attncourse.verify.exercises.attention import _mask_cases
+from attncourse.verify.exercises.kvcache import _real_caches
+from attncourse.verify.exercises.optim import _clip_case
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "chapters" / "04_causality_heads_positions.ipynb"
@@ -65,13 +68,16 @@ def failure(checker, fn, **kwargs):
 
 def test_no_bare_assert_in_the_verification_package():
     # a bare assert disappears under python -O; every check raises CheckFailed
-    # explicitly
-    for path in sorted(VERIFY.glob("*.py")):
+    # explicitly. The learner checkers are a package: its modules are searched too
+    paths = sorted(VERIFY.rglob("*.py"))
+    assert VERIFY / "exercises" / "_base.py" in paths
+    for path in paths:
         tree = ast.parse(path.read_text(), filename=str(path))
         asserts = [
             node.lineno for node in ast.walk(tree) if isinstance(node, ast.Assert)
         ]
-        assert asserts == [], f"{path.name} has bare asserts at lines {asserts}"
+        where = path.relative_to(VERIFY)
+        assert asserts == [], f"{where} has bare asserts at lines {asserts}"
 
 
 # --- python -O: one interpreter runs every case --------------------------------------
@@ -866,7 +872,7 @@ def test_mask_checker_message_shows_the_key_valid_batch_it_used():
 # The probe batches, in order: left padding with an all-padding sequence, right padding,
 # an irregular pattern. A mask wrong on one of them only is caught there, and the
 # message shows it.
-CASES = ex._mask_cases(0)
+CASES = _mask_cases(0)
 
 
 def shown(case):
@@ -1517,8 +1523,8 @@ def test_check_clip_by_global_norm_accepts_the_package_and_a_torch_style_clip():
 def test_the_clip_case_is_nested_float64_of_unequal_shapes():
     from attncourse.params import flatten_params
 
-    flat = flatten_params(ex._clip_case(0))
-    assert isinstance(ex._clip_case(0)["blocks"], list)
+    flat = flatten_params(_clip_case(0))
+    assert isinstance(_clip_case(0)["blocks"], list)
     assert all(a.dtype == np.float64 for a in flat.values())
     assert len({a.shape for a in flat.values()}) == len(flat)
     norms = [float(np.linalg.norm(a)) for a in flat.values()]
@@ -2463,7 +2469,7 @@ def test_check_cache_memory_compares_with_real_caches():
     from attncourse.kvcache import cache_nbytes, prefill
     from attncourse.model import ModelConfig, init_model
 
-    cases = ex._real_caches()
+    cases = _real_caches()
     assert {(b, t) for *_, b, t, _ in cases} >= {(8, 1), (4, 6), (8, 5)}
     for L, H, D, b, t, want in cases:
         assert want == _cache_bytes(L, H, D, t, b)
@@ -2491,4 +2497,115 @@ def test_the_chapter_10_checkers_hold_under_python_O(under_O):
     assert out.split("\n")[:2] == [
         "bad offsets raise ValueError",
         "equals the nbytes of a real cache",
+    ]
+
+
+# --- the layout: one module per subject, each checker defined once and listed ---------
+
+import importlib  # noqa: E402  (this section's own imports)
+import pkgutil  # noqa: E402
+import types  # noqa: E402
+
+
+def checker_layout_problems(package, modules):
+    """What breaks the layout of the learner checkers, one line per problem.
+
+    ``modules`` maps a module name to the module. A ``check_*`` *defined* in one of them
+    (its ``__module__`` is that module, not an import) must be listed in
+    ``package.__all__``, be wrapped by ``reports_unfinished``, be defined in no other
+    module and be the object the package exports; every ``check_*`` of ``__all__`` must
+    be defined in one of ``modules``.
+    """
+    homes = {}
+    for module_name, module in modules.items():
+        for name, value in vars(module).items():
+            defined_here = getattr(value, "__module__", None) == module_name
+            if name.startswith("check_") and defined_here:
+                homes.setdefault(name, []).append(module_name)
+    problems = []
+    for name, where in sorted(homes.items()):
+        checker = getattr(modules[where[0]], name)
+        if name not in package.__all__:
+            problems.append(f"{name}: defined in {where[0]}, not listed in __all__")
+        elif getattr(package, name, None) is not checker:
+            problems.append(f"{name}: the package exports another object")
+        if len(where) > 1:
+            problems.append(f"{name}: defined in {len(where)} modules: {where}")
+        wrapped = getattr(checker, "reports_unfinished", False)
+        if not (wrapped and callable(getattr(checker, "__wrapped__", None))):
+            problems.append(f"{name}: not decorated with @reports_unfinished")
+    problems += [
+        f"{name}: listed in __all__, defined in no module"
+        for name in package.__all__
+        if name.startswith("check_") and name not in homes
+    ]
+    return problems
+
+
+def exercise_modules():
+    """Every module of the package attncourse.verify.exercises, by name."""
+    return {
+        info.name: importlib.import_module(info.name)
+        for info in pkgutil.iter_modules(ex.__path__, ex.__name__ + ".")
+    }
+
+
+def fake_module(name, code):
+    """A module object named ``name`` whose functions are defined by ``code``."""
+    module = types.ModuleType(name)
+    module.reports_unfinished = ex.reports_unfinished
+    exec(code, vars(module))  # a def here gets __module__ == name
+    return module
+
+
+def test_every_checker_is_defined_once_listed_and_wrapped():
+    modules = exercise_modules()
+    assert {"attncourse.verify.exercises._base"} < set(modules)
+    assert len(modules) >= 15  # one per subject, and _base
+    assert checker_layout_problems(ex, modules) == []
+    defined = {
+        name
+        for module in modules.values()
+        for name, value in vars(module).items()
+        if name.startswith("check_") and value.__module__ == module.__name__
+    }
+    assert defined == set(LEARNER_CHECKERS) and len(defined) >= 21
+    assert all(not name.startswith("_") for name in ex.__all__)  # no helper exported
+
+
+STUB_CHECKER = """
+@reports_unfinished
+def check_x(fn):
+    return fn()
+"""
+
+
+def test_fault_control_an_unlisted_checker_is_caught():
+    # a checker added to a module of the package but forgotten in __all__
+    modules = exercise_modules()
+    modules["attncourse.verify.exercises.fake"] = fake_module(
+        "attncourse.verify.exercises.fake", STUB_CHECKER
+    )
+    assert checker_layout_problems(ex, modules) == [
+        "check_x: defined in attncourse.verify.exercises.fake, not listed in __all__"
+    ]
+
+
+def test_fault_control_a_bare_twice_defined_or_missing_checker_is_caught():
+    bare = fake_module("fake.bare", "def check_x(fn):\n    return fn()\n")
+    package = types.SimpleNamespace(__all__=["check_x"], check_x=bare.check_x)
+    assert checker_layout_problems(package, {"fake.bare": bare}) == [
+        "check_x: not decorated with @reports_unfinished"
+    ]
+    one, two = (fake_module(name, STUB_CHECKER) for name in ("fake.one", "fake.two"))
+    package = types.SimpleNamespace(__all__=["check_x"], check_x=one.check_x)
+    assert checker_layout_problems(package, {"fake.one": one, "fake.two": two}) == [
+        "check_x: defined in 2 modules: ['fake.one', 'fake.two']"
+    ]
+    package = types.SimpleNamespace(__all__=["check_x"], check_x=two.check_x)
+    assert checker_layout_problems(package, {"fake.one": one}) == [
+        "check_x: the package exports another object"
+    ]
+    assert checker_layout_problems(package, {}) == [
+        "check_x: listed in __all__, defined in no module"
     ]

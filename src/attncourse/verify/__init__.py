@@ -8,7 +8,8 @@ learner checkers.
 - :mod:`~attncourse.verify.prefix`: the prefix interface of a next-token model;
 - :mod:`~attncourse.verify.conformance`: the attention conformance suite and the failure
   listers;
-- :mod:`~attncourse.verify.exercises`: the learner checkers (``check_*``);
+- :mod:`~attncourse.verify.exercises`: the learner checkers (``check_*``), one module
+  per subject;
 - :mod:`~attncourse.verify.sampling`: do many draws come from a stated distribution;
 - :mod:`~attncourse.verify.kvcache`: incremental decoding equals full recomputation;
 - :mod:`~attncourse.verify.failed`: :class:`CheckFailed`, raised by every check.
