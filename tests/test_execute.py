@@ -146,3 +146,8 @@ def test_a_stalled_run_runs_once_more_and_a_second_stall_stops_the_build(capsys)
     with pytest.raises(SystemExit, match="stalled twice"):
         execute.run_once_more_if_stalled(command, run=run([None, None]))
     assert len(calls) == 2
+
+
+def test_the_readme_states_the_stall_limit_the_tool_uses():
+    readme = " ".join((pathlib.Path(execute.ROOT) / "README.md").read_text().split())
+    assert f"prints nothing for {execute.STALL} s" in readme

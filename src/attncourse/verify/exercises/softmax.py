@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ...softmax import softmax, softmax_jacobian  # softmax_jacobian: the doctest
+from ...softmax import softmax
 from ..failed import CheckFailed
 from ..gradients import TOLERANCE, numerical_jacobian
 from ._base import _array, _call, _sign_flipped, reports_unfinished
@@ -17,6 +17,7 @@ def check_softmax_jacobian(fn):
 
     Returns the names of the properties checked.
 
+    >>> from attncourse.softmax import softmax_jacobian
     >>> check_softmax_jacobian(softmax_jacobian)[0]
     'shape (n, n)'
     """
