@@ -13,9 +13,9 @@ plain kernel and fails on any exception. An exercise cell whose stub still raise
 fails such a cell when its output is anything else.
 
 Trained models. ``ATTNCOURSE_MODELS`` names ``_build/models``, where
-``attncourse.trained.trained_model`` keeps each recipe's model under a key of everything
-its bits depend on; the chapters that reuse Chapter 7's models, and the tests, train
-each once between them. The kernels inherit it too.
+``attncourse.kit.trained.trained_model`` keeps each recipe's model under a key of
+everything its bits depend on; the chapters that reuse Chapter 7's models, and the
+tests, train each once between them. The kernels inherit it too.
 
 One execution of each chapter. A chapter whose every cell passed under nbval is recorded
 with its executed notebook and a key (tools/nbrecord.py); a later run with the same key
@@ -39,11 +39,11 @@ from nbval.plugin import IPyNbCell, IPyNbFile
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")  # before numpy is imported
 # Chapter 7's models are trained once per machine: Chapters 8 and 10 and the tests read
-# them back from here (attncourse.trained.trained_model).
+# them back from here (attncourse.kit.trained.trained_model).
 _MODELS = pathlib.Path(__file__).resolve().parent / "_build" / "models"
 os.environ.setdefault("ATTNCOURSE_MODELS", str(_MODELS))
 
-from attncourse.verify.exercises import UNFINISHED  # noqa: E402
+from attncourse.kit.exercises import UNFINISHED  # noqa: E402
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parent / "tools"))
 import nbrecord  # noqa: E402

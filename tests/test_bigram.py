@@ -20,7 +20,7 @@ from attncourse.bigram import (
 )
 from attncourse.params import flatten_params
 from attncourse.text import build_vocab, encode, make_corpus
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 
 EPS = np.finfo(np.float64).eps
 MARGIN = 0.01  # nats, fixed before training: final training loss within H + MARGIN

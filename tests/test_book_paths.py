@@ -1,6 +1,6 @@
 """No built file of the book shows a path of the machine that built it.
 
-A path such as ``/home/someone/attention/src/attncourse/verify/exercises/_base.py`` in
+A path such as ``/home/someone/attention/src/attncourse/kit/exercises/_base.py`` in
 a page (typically inside a traceback) tells the reader nothing and changes with every
 build machine. Every text file of the build (``_build/html``, or ``$BOOK_HTML``; built
 first if missing) is searched for the repository, build, Python environment, home and
@@ -35,7 +35,7 @@ def test_no_built_file_shows_a_build_machine_path(html):
 
 def test_fault_control_a_traceback_path_is_found(html, tmp_path):
     paths = booksite.machine_paths(html)
-    source = booksite.ROOT / "src" / "attncourse" / "verify" / "exercises" / "_base.py"
+    source = booksite.ROOT / "src" / "attncourse" / "kit" / "exercises" / "_base.py"
     (tmp_path / "chapters").mkdir()
     (tmp_path / "chapters" / "leaky.html").write_text(
         f"<pre>File <span>{source}:50</span>, in <span>_call</span></pre>")

@@ -13,18 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.fast import FAST
-from attncourse.faults import attention as fa
-from attncourse.faults import softmax as fs
+from attncourse.kit.faults import attention as fa
+from attncourse.kit.faults import softmax as fs
 from attncourse.kvcache import incremental_attention, incremental_attention_backward
 from attncourse.layers import attention as la
-from attncourse.tiled import tiled_implementation
-from attncourse.verify import CheckFailed
-from attncourse.verify import conformance as cf
+from attncourse.kit import CheckFailed
+from attncourse.kit import conformance as cf
+from attncourse.kit.conformance import FAST, tiled_implementation
 from strategies import matrices
 
 # Chapter 9's tiled and fast dense versions and Chapter 10's cached version join this
-# list (each an attncourse.verify.conformance.Implementation); what the suite covers
+# list (each an attncourse.kit.conformance.Implementation); what the suite covers
 # gets no tests of their own.
 IMPLEMENTATIONS = [
     cf.REFERENCE,

@@ -1,4 +1,4 @@
-"""Tests of attncourse.cost: the counting model against a reference that counts with
+"""Tests of attncourse.kit.cost: the counting model against a reference that counts with
 loops."""
 
 import numpy as np
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from attncourse.cost import (
+from attncourse.kit.cost import (
     AttentionCost,
     ModelFlops,
     attention_cost,
@@ -16,7 +16,7 @@ from attncourse.cost import (
     model_flops_per_token,
     model_parameter_count,
 )
-from attncourse.examples import random_head
+from attncourse.kit.examples import random_head
 from attncourse.layers.head import head_forward
 from attncourse.model import ModelConfig, count_parameters, init_model, model_forward
 

@@ -1,4 +1,4 @@
-"""Tests of attncourse.examples: the worked examples, the transpose pair, the random
+"""Tests of attncourse.kit.examples: the worked examples, the transpose pair, the random
 head, the probe."""
 
 import math
@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from numpy.testing import assert_allclose
 
-from attncourse.faults.attention import attention_forward_unscaled
+from attncourse.kit.faults.attention import attention_forward_unscaled
 from attncourse.layers.attention import attention_backward, attention_forward
 from attncourse.layers.head import head_backward, head_forward, project
-from attncourse.verify.gradients import numerical_gradient
-from attncourse.examples import (
+from attncourse.kit.gradients import numerical_gradient
+from attncourse.kit.examples import (
     HeadExample,
     attention_objective,
     example1,

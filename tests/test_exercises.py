@@ -1,4 +1,4 @@
-"""Tests of attncourse.verify.exercises: every learner checker passes a right answer and
+"""Tests of attncourse.kit.exercises: every learner checker passes a right answer and
 names the property a wrong one fails, with the likely fix, also under ``python -O``."""
 
 import ast
@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
 import attncourse as ac
-from attncourse.cost import model_parameter_count
-from attncourse.faults import attention as fa
-from attncourse.faults import embedding as fe
-from attncourse.faults import loss as fl
-from attncourse.faults import block as fb
-from attncourse.faults import layernorm as fln
+from attncourse import kit
+from attncourse.kit.cost import model_parameter_count
+from attncourse.kit.faults import attention as fa
+from attncourse.kit.faults import embedding as fe
+from attncourse.kit.faults import loss as fl
+from attncourse.kit.faults import block as fb
+from attncourse.kit.faults import layernorm as fln
 from attncourse.layers.attention import (
     causal_attention,
     causal_mask,
@@ -36,9 +37,9 @@ from attncourse.layers.layernorm import layernorm_backward
 from attncourse.loss import cross_entropy, cross_entropy_backward, cross_entropy_forward
 from attncourse.model import count_parameters, init_model
 from attncourse.softmax import softmax, softmax_jacobian
-from attncourse.verify import CheckFailed
-from attncourse.verify import exercises as ex
-from attncourse.verify.exercises import (
+from attncourse.kit import CheckFailed
+from attncourse.kit import exercises as ex
+from attncourse.kit.exercises import (
     check_attention_mask,
     check_causal_attention,
     check_cross_entropy,
@@ -46,13 +47,13 @@ from attncourse.verify.exercises import (
     check_one_hot,
     check_softmax_jacobian,
 )
-from attncourse.verify.exercises.attention import _mask_cases
-from attncourse.verify.exercises.kvcache import _real_caches
-from attncourse.verify.exercises.optim import _clip_case
+from attncourse.kit.exercises.attention import _mask_cases
+from attncourse.kit.exercises.kvcache import _real_caches
+from attncourse.kit.exercises.optim import _clip_case
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "chapters" / "04_causality_heads_positions.ipynb"
-VERIFY = ROOT / "src" / "attncourse" / "verify"
+VERIFY = ROOT / "src" / "attncourse" / "kit"
 
 
 def failure(checker, fn, **kwargs):
@@ -135,8 +136,8 @@ def printed_under_O(under_O, name):
 ZERO_STUBS = """
 import sys
 import numpy as np
-from attncourse.verify import CheckFailed
-from attncourse.verify import exercises as ex
+from attncourse.kit import CheckFailed
+from attncourse.kit import exercises as ex
 
 assert False, "not stripped"  # python -O strips this line; the checkers must still work
 print("optimize", sys.flags.optimize)
@@ -221,8 +222,8 @@ def test_every_learner_checker_reports_an_unfinished_stub():
         if not getattr(getattr(ex, name), "reports_unfinished", False)
     ]
     assert bare == [], f"decorate these with @reports_unfinished: {bare}"
-    exported = [name for name in ac.verify.__all__ if name.startswith("check_")]
-    assert all(getattr(ac.verify, name) is getattr(ex, name) for name in exported)
+    exported = [name for name in kit.__all__ if name.startswith("check_")]
+    assert all(getattr(kit, name) is getattr(ex, name) for name in exported)
 
 
 @pytest.mark.parametrize("name", LEARNER_CHECKERS)
@@ -266,8 +267,8 @@ def test_the_wrapper_is_not_what_passes_a_stub_fault_control():
 
 STUB_AND_WRONG = """
 import numpy as np
-from attncourse.verify import CheckFailed
-from attncourse.verify import exercises as ex
+from attncourse.kit import CheckFailed
+from attncourse.kit import exercises as ex
 
 assert False, "not stripped"  # python -O strips this line
 def my_one_hot(ids, n_vocab):
@@ -955,7 +956,7 @@ def test_the_chapter_solution_passes_the_mask_checker():
         and "```{solution} ex-ch4-mask" in "".join(c["source"])
     )
     code = re.search(r"```python\n(.*?)```", solution, re.S).group(1)
-    namespace = {"np": np, "ac": ac, "verify": ac.verify}
+    namespace = {"np": np, "ac": ac, "kit": kit}
     exec(code, namespace)  # defines my_attention_mask and prints the checker's verdict
     assert (
         verdict(namespace["my_attention_mask"])
@@ -1217,13 +1218,13 @@ def _tied_loss(params, ids, targets, *, config, keep="both"):
 
 
 def test_check_tied_gradient_accepts_the_reference():
-    from attncourse.verify.exercises import (
+    from attncourse.kit.exercises import (
         TIED_GRADIENT_PROPERTIES,
         check_tied_gradient,
     )
 
     assert check_tied_gradient(_tied_loss) == TIED_GRADIENT_PROPERTIES
-    assert ac.verify.check_tied_gradient is check_tied_gradient
+    assert kit.check_tied_gradient is check_tied_gradient
 
 
 @pytest.mark.parametrize(
@@ -1234,7 +1235,7 @@ def test_check_tied_gradient_accepts_the_reference():
     ],
 )
 def test_check_tied_gradient_rejects_one_use_only(keep, fix):
-    from attncourse.verify.exercises import check_tied_gradient
+    from attncourse.kit.exercises import check_tied_gradient
 
     with pytest.raises(CheckFailed) as info:
         check_tied_gradient(lambda *args, **kw: _tied_loss(*args, **kw, keep=keep))
@@ -1243,7 +1244,7 @@ def test_check_tied_gradient_rejects_one_use_only(keep, fix):
 
 
 def test_check_tied_gradient_rejects_a_leftover_unembed_and_a_wrong_loss():
-    from attncourse.verify.exercises import check_tied_gradient
+    from attncourse.kit.exercises import check_tied_gradient
 
     def leftover(params, ids, targets, *, config):
         loss, grads = _tied_loss(params, ids, targets, config=config)
@@ -1258,7 +1259,7 @@ def test_check_tied_gradient_rejects_a_leftover_unembed_and_a_wrong_loss():
 
 
 def test_check_tied_gradient_reports_a_stub():
-    from attncourse.verify.exercises import check_tied_gradient
+    from attncourse.kit.exercises import check_tied_gradient
 
     def stub(params, ids, targets, *, config):
         raise NotImplementedError("your code here")
@@ -1335,7 +1336,7 @@ def _top_k_in_place(logits, k):
     ],
 )
 def test_check_top_k_names_the_failed_property(fn, prop):
-    from attncourse.verify.exercises import check_top_k
+    from attncourse.kit.exercises import check_top_k
 
     with pytest.raises(CheckFailed) as info:
         check_top_k(fn)
@@ -1344,7 +1345,7 @@ def test_check_top_k_names_the_failed_property(fn, prop):
 
 
 def test_check_top_k_accepts_the_reference_and_a_softmax_over_the_kept_logits():
-    from attncourse.verify.exercises import TOP_K_PROPERTIES, check_top_k
+    from attncourse.kit.exercises import TOP_K_PROPERTIES, check_top_k
 
     def learner(logits, k):  # another correct route: mask the logits, then softmax
         order = np.argsort(-logits, axis=-1, kind="stable")
@@ -1354,11 +1355,11 @@ def test_check_top_k_accepts_the_reference_and_a_softmax_over_the_kept_logits():
 
     assert check_top_k(_top_k_reference) == TOP_K_PROPERTIES
     assert check_top_k(learner) == TOP_K_PROPERTIES
-    assert ac.verify.check_top_k is check_top_k
+    assert kit.check_top_k is check_top_k
 
 
 UNDER_O["check_top_k"] = (
-    "import numpy as np\nfrom attncourse.verify import CheckFailed, check_top_k\n"
+    "import numpy as np\nfrom attncourse.kit import CheckFailed, check_top_k\n"
     "try:\n    check_top_k(lambda z, k: np.zeros_like(z))\n"
     "except CheckFailed as e:\n"
     "    print(e.property)\n"
@@ -1366,7 +1367,7 @@ UNDER_O["check_top_k"] = (
 
 
 def test_check_top_k_reports_a_stub_and_holds_under_python_O(under_O):
-    from attncourse.verify.exercises import check_top_k
+    from attncourse.kit.exercises import check_top_k
 
     def stub(logits, k):
         raise NotImplementedError("your code here")
@@ -1428,7 +1429,7 @@ def test_check_adamw_step_names_each_planted_mistake(mistake, property, words):
 
 
 def test_check_adamw_step_names_in_place_updates_and_the_faults_of_the_registry():
-    from attncourse.faults import optim as fo
+    from attncourse.kit.faults import optim as fo
 
     error = failure(ex.check_adamw_step, fo.adamw_in_place)
     assert error.property == "purity" and error.detail.endswith("params and state")
@@ -1517,7 +1518,7 @@ def test_check_clip_by_global_norm_accepts_the_package_and_a_torch_style_clip():
     assert ex.check_clip_by_global_norm(_learner_clip, seed=2) == properties
     assert ex.check_clip_by_global_norm(_torch_style_clip) == properties
     assert "check_clip_by_global_norm" in ex.__all__
-    assert ac.verify.check_clip_by_global_norm is ex.check_clip_by_global_norm
+    assert kit.check_clip_by_global_norm is ex.check_clip_by_global_norm
 
 
 def test_the_clip_case_is_nested_float64_of_unequal_shapes():
@@ -1573,7 +1574,7 @@ def test_check_clip_by_global_norm_catches_stubs_returning_zeros():
 
 
 def test_check_clip_by_global_norm_names_the_registry_fault_and_a_wrong_result():
-    from attncourse.faults import optim as fo
+    from attncourse.kit.faults import optim as fo
     from attncourse.params import flatten_params
 
     error = failure(ex.check_clip_by_global_norm, fo.clip_per_tensor)
@@ -1590,7 +1591,7 @@ def test_check_clip_by_global_norm_names_the_registry_fault_and_a_wrong_result()
 
 
 UNDER_O["check_clip_by_global_norm"] = (
-    "from attncourse.verify import CheckFailed, check_clip_by_global_norm\n"
+    "from attncourse.kit import CheckFailed, check_clip_by_global_norm\n"
     "try:\n    check_clip_by_global_norm(lambda grads, max_norm: (grads, 0.0))\n"
     "except CheckFailed as e:\n"
     "    print(e.property)\n"
@@ -1610,7 +1611,7 @@ def test_check_clip_by_global_norm_reports_a_stub_and_holds_under_python_O(under
 
 from functools import partial  # noqa: E402  (this section's own imports)
 
-from attncourse.faults import sample as fsample  # noqa: E402
+from attncourse.kit.faults import sample as fsample  # noqa: E402
 
 
 def _top_p_reference(logits, p):
@@ -1720,12 +1721,12 @@ def test_check_top_p_accepts_the_reference_a_learner_and_a_softmax_over_the_kept
 
     for fn in (_top_p_reference, _top_p_learner, over_the_kept):
         assert ex.check_top_p(fn) == ex.TOP_P_PROPERTIES
-    assert ac.verify.check_top_p is ex.check_top_p
-    assert "check_top_p" in ex.__all__ and "check_top_p" in ac.verify.__all__
+    assert kit.check_top_p is ex.check_top_p
+    assert "check_top_p" in ex.__all__ and "check_top_p" in kit.__all__
 
 
 UNDER_O["check_top_p"] = (
-    "import numpy as np\nfrom attncourse.verify import CheckFailed, check_top_p\n"
+    "import numpy as np\nfrom attncourse.kit import CheckFailed, check_top_p\n"
     "try:\n    check_top_p(lambda z, p: np.zeros_like(z))\n"
     "except CheckFailed as e:\n"
     "    print(e.property)\n"
@@ -1741,7 +1742,7 @@ def test_check_top_p_reports_a_stub_and_holds_under_python_O(under_O):
 # --- Chapter 9: merging two softmax states; the tile loop -----------------------------
 
 # this section's own imports
-from attncourse.faults import tiled as ftiled  # noqa: E402
+from attncourse.kit.faults import tiled as ftiled  # noqa: E402
 from attncourse.tiled import (
     causal_tiles,
     empty_state,
@@ -1883,8 +1884,8 @@ def test_check_tile_loop_accepts_a_learner_and_the_package():
 
 
 UNDER_O["chapter 9"] = (
-    "from attncourse.verify import CheckFailed\n"
-    "from attncourse.verify.exercises import check_merge_states\n"
+    "from attncourse.kit import CheckFailed\n"
+    "from attncourse.kit.exercises import check_merge_states\n"
     "try:\n    check_merge_states(lambda a, b: b)\n"
     "except CheckFailed as e:\n"
     "    print(e.property)\n"
@@ -1899,8 +1900,8 @@ def test_the_chapter_9_checkers_hold_under_python_O(under_O):
 # --- Chapter 3: the whole head, backward; Chapter 4: split/merge and positions --------
 
 # this section's own imports
-from attncourse.faults import multihead as fmh  # noqa: E402
-from attncourse.faults import positions as fpos  # noqa: E402
+from attncourse.kit.faults import multihead as fmh  # noqa: E402
+from attncourse.kit.faults import positions as fpos  # noqa: E402
 from attncourse.layers.attention import (  # noqa: E402
     attention_backward,
     attention_forward,
@@ -2237,8 +2238,8 @@ def test_check_positions_backward_names_the_failed_property(fn, prop, fix):
 
 
 UNDER_O["chapters 3 and 4"] = (
-    "import numpy as np\nfrom attncourse.verify import CheckFailed\n"
-    "from attncourse.verify import exercises as ex\n"
+    "import numpy as np\nfrom attncourse.kit import CheckFailed\n"
+    "from attncourse.kit import exercises as ex\n"
     "from attncourse.layers.multihead import merge_heads\n"
     "zeros = lambda X, Wq, Wk, Wv, G: {n: np.zeros((1,)) for n in\n"
     "    ('dQ', 'dK', 'dV', 'dW_Q', 'dW_K', 'dW_V', 'dX')}\n"
@@ -2479,8 +2480,8 @@ def test_check_cache_memory_compares_with_real_caches():
 
 
 UNDER_O["chapter 10"] = (
-    "from attncourse.verify import CheckFailed\n"
-    "from attncourse.verify import exercises as ex\n"
+    "from attncourse.kit import CheckFailed\n"
+    "from attncourse.kit import exercises as ex\n"
     "from attncourse.layers.attention import causal_attention\n"
     "def no_check(q, k, v, query_offset=0, dropout=None):\n"
     "    return causal_attention(q, k, v, max(query_offset, 0))\n"
@@ -2543,7 +2544,7 @@ def checker_layout_problems(package, modules):
 
 
 def exercise_modules():
-    """Every module of the package attncourse.verify.exercises, by name."""
+    """Every module of the package attncourse.kit.exercises, by name."""
     return {
         info.name: importlib.import_module(info.name)
         for info in pkgutil.iter_modules(ex.__path__, ex.__name__ + ".")
@@ -2560,7 +2561,7 @@ def fake_module(name, code):
 
 def test_every_checker_is_defined_once_listed_and_wrapped():
     modules = exercise_modules()
-    assert {"attncourse.verify.exercises._base"} < set(modules)
+    assert {"attncourse.kit.exercises._base"} < set(modules)
     assert len(modules) >= 15  # one per subject, and _base
     assert checker_layout_problems(ex, modules) == []
     defined = {
@@ -2583,11 +2584,11 @@ def check_x(fn):
 def test_fault_control_an_unlisted_checker_is_caught():
     # a checker added to a module of the package but forgotten in __all__
     modules = exercise_modules()
-    modules["attncourse.verify.exercises.fake"] = fake_module(
-        "attncourse.verify.exercises.fake", STUB_CHECKER
+    modules["attncourse.kit.exercises.fake"] = fake_module(
+        "attncourse.kit.exercises.fake", STUB_CHECKER
     )
     assert checker_layout_problems(ex, modules) == [
-        "check_x: defined in attncourse.verify.exercises.fake, not listed in __all__"
+        "check_x: defined in attncourse.kit.exercises.fake, not listed in __all__"
     ]
 
 

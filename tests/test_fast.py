@@ -16,8 +16,6 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 import attncourse.fast as fast
 from attncourse.fast import (
-    FAST,
-    _implementation,
     blas_threads,
     default_workers,
     fast_attention_backward,
@@ -379,13 +377,6 @@ def test_a_float64_upstream_gradient_of_a_float32_pass_is_rounded_to_float32():
                          fast_attention_backward(saved, G.astype(np.float32))):
         assert got.dtype == np.float32
         assert_array_equal(got, want)
-
-
-def test_fast_is_the_fast_dense_pair():
-    assert FAST.name == "fast dense" and not FAST.offsets
-    assert FAST.attend is fast_causal_attention
-    assert FAST.backward is fast_causal_attention_backward
-    assert _implementation() == FAST
 
 
 def test_a_query_offset_is_refused_with_the_reason():

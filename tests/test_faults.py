@@ -1,6 +1,6 @@
 """Fault controls: every registered fault against every check that claims to catch it.
 
-Each module of ``attncourse.faults`` holds a registry: ``FAULTS`` (what each planted
+Each module of ``attncourse.kit.faults`` holds a registry: ``FAULTS`` (what each planted
 mistake gets wrong, the checks that must catch it, the checks blind to it), ``CHECKS``
 and ``CORRECT`` (the package functions every check must pass). The first tests run the
 whole registry; the tests after them keep the exact wrong values the faults produce.
@@ -18,16 +18,16 @@ import pytest
 from hypothesis import given
 from numpy.testing import assert_allclose, assert_array_equal
 
-import attncourse.faults as faults
-from attncourse.examples import example1, random_head
-from attncourse.faults import attention as fa
-from attncourse.faults import embedding as fe
-from attncourse.faults import head as fh
-from attncourse.faults import linear as fl
-from attncourse.faults import loss as floss
-from attncourse.faults import multihead as fm
-from attncourse.faults import positions as fp
-from attncourse.faults import softmax as fs
+import attncourse.kit.faults as faults
+from attncourse.kit.examples import example1, random_head
+from attncourse.kit.faults import attention as fa
+from attncourse.kit.faults import embedding as fe
+from attncourse.kit.faults import head as fh
+from attncourse.kit.faults import linear as fl
+from attncourse.kit.faults import loss as floss
+from attncourse.kit.faults import multihead as fm
+from attncourse.kit.faults import positions as fp
+from attncourse.kit.faults import softmax as fs
 from attncourse.layers.attention import (attention_backward, attention_forward,
                                          causal_attention, causal_mask, combine_masks,
                                          key_padding_mask, key_valid_from_lengths)
@@ -39,17 +39,17 @@ from attncourse.layers.positions import (init_positions, positions_backward,
                                          positions_forward)
 from attncourse.loss import cross_entropy, cross_entropy_backward, cross_entropy_forward
 from attncourse.softmax import softmax, softmax_backward
-from attncourse.verify import CheckFailed
-from attncourse.verify.conformance import causal_failures, padding_failures
-from attncourse.verify.gradients import (STEPS, TOLERANCE, gradcheck, layer_gradcheck,
+from attncourse.kit import CheckFailed
+from attncourse.kit.conformance import causal_failures, padding_failures
+from attncourse.kit.gradients import (STEPS, TOLERANCE, gradcheck, layer_gradcheck,
                                          numerical_gradient, qkv_gradcheck)
-from attncourse.verify.properties import assert_rows_sum_to_one, assert_rows_sum_to_zero
+from attncourse.kit.properties import assert_rows_sum_to_one, assert_rows_sum_to_zero
 from strategies import matrices
 
 TIGHT = 64 * np.finfo(np.float64).eps
 
 MODULES = tuple(
-    importlib.import_module(f"attncourse.faults.{info.name}")
+    importlib.import_module(f"attncourse.kit.faults.{info.name}")
     for info in pkgutil.iter_modules(faults.__path__) if not info.name.startswith("_")
 )
 REGISTRY = ("FAULTS", "CHECKS", "CORRECT", "BUILDING_BLOCKS")
@@ -77,7 +77,7 @@ def all_checks():
 def planted(function):
     """The members of a fault's ``function`` that live in a faults module."""
     members = function if isinstance(function, tuple) else (function,)
-    return [f for f in members if f.__module__.startswith("attncourse.faults.")]
+    return [f for f in members if f.__module__.startswith("attncourse.kit.faults.")]
 
 
 # --- the registry ---------------------------------------------------------------------
@@ -264,7 +264,7 @@ def test_a_caught_fault_is_named_by_the_failed_property(module, fault, check, me
 
 
 def test_example1_closed_forms_are_the_exact_values():
-    sy = pytest.importorskip("attncourse.symbolic")
+    sy = pytest.importorskip("attncourse.kit.symbolic")
     ex = sy.example1()
     Q, K, V = (sy.product(ex["X"], ex[W]) for W in ("W_Q", "W_K", "W_V"))
     S = sy.scores(Q, K)

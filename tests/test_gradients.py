@@ -1,16 +1,16 @@
-"""Tests of attncourse.verify.gradients: central differences, gradcheck, the one layer
+"""Tests of attncourse.kit.gradients: central differences, gradcheck, the one layer
 checker ``layer_gradcheck``, the attention checker ``qkv_gradcheck`` and ``compare``."""
 
 import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from attncourse.faults import attention as fa
-from attncourse.faults.embedding import embedding_backward_overwrite
-from attncourse.faults.multihead import multihead_backward_reversed
+from attncourse.kit.faults import attention as fa
+from attncourse.kit.faults.embedding import embedding_backward_overwrite
+from attncourse.kit.faults.multihead import multihead_backward_reversed
 from attncourse.layers import attention, embedding, linear, multihead, positions
 from attncourse.loss import cross_entropy_backward, cross_entropy_forward
-from attncourse.verify.gradients import (
+from attncourse.kit.gradients import (
     STEPS,
     TOLERANCE,
     GradcheckReport,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults import kvcache as fk
+from attncourse.kit.faults import kvcache as fk
 from attncourse.kvcache import (BlockCache, KVCache, cache_nbytes, cache_numbers,
                                 decode_step, generate_cached, incremental_attention,
                                 incremental_attention_backward, prefill)
@@ -22,7 +22,7 @@ from attncourse.layers.attention import (causal_attention, causal_attention_back
 from attncourse.model import ModelConfig, model_forward, spread_params
 from attncourse.sample import generate
 from attncourse.train import as_dtype
-from attncourse.verify.kvcache import DECODE_TOLERANCE, assert_decoding_equals_recompute
+from attncourse.kit.kvcache import DECODE_TOLERANCE, assert_decoding_equals_recompute
 
 EPS = np.finfo(np.float64).eps
 ATOL = 1024 * EPS  # ~2.3e-13: rounding of a few hundred operations, below 1e-12

@@ -30,7 +30,7 @@ from attncourse.layers.attention import (
     key_valid_from_lengths,
     validate_qkv,
 )
-from attncourse.verify.gradients import gradcheck, qkv_gradcheck
+from attncourse.kit.gradients import gradcheck, qkv_gradcheck
 from strategies import matrices, sizes
 
 EPS = np.finfo(np.float64).eps

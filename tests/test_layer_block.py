@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose
 
-from attncourse.faults import block as fb
+from attncourse.kit.faults import block as fb
 from attncourse.layers.attention import key_valid_from_lengths
 from attncourse.layers.block import (block_backward, block_forward, init_block,
                                      residual_backward)
 from attncourse.layers.layernorm import layernorm_forward
 from attncourse.layers.mlp import mlp_forward
 from attncourse.layers.multihead import multihead_by_loop, multihead_forward
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 
 EVERY_PARAMETER = {"ln1.gamma", "ln1.beta", "attn.W_Q", "attn.W_K", "attn.W_V",
                    "attn.W_O", "ln2.gamma", "ln2.beta", "mlp.up.W", "mlp.up.b",

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults.embedding import (
+from attncourse.kit.faults.embedding import (
     embedding_backward_fancy_iadd,
     embedding_backward_overwrite,
 )
@@ -17,7 +17,7 @@ from attncourse.layers.embedding import (
     init_embedding,
     one_hot,
 )
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
 EPS = np.finfo(np.float64).eps

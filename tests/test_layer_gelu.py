@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from numpy.testing import assert_allclose
 
-from attncourse.faults import gelu as fg
+from attncourse.kit.faults import gelu as fg
 from attncourse.layers.gelu import gelu, gelu_backward, gelu_derivative, gelu_forward
-from attncourse.verify.gradients import (STEPS, TOLERANCE, layer_gradcheck,
+from attncourse.kit.gradients import (STEPS, TOLERANCE, layer_gradcheck,
                                          numerical_gradient)
 from strategies import matrices
 

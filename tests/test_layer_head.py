@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from attncourse.faults.head import head_backward_last_branch
+from attncourse.kit.faults.head import head_backward_last_branch
 from attncourse.layers.attention import attention_backward, attention_forward
 from attncourse.layers.head import (
     PARAMETER_NAMES,
@@ -16,7 +16,7 @@ from attncourse.layers.head import (
     project,
     validate_projections,
 )
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
 T, D, d, r = 5, 4, 3, 2  # unequal on purpose

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
-from attncourse.faults import layernorm as fl
+from attncourse.kit.faults import layernorm as fl
 from attncourse.layers.layernorm import (init_layernorm, layernorm_backward,
                                          layernorm_forward)
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
 EPS = np.finfo(np.float64).eps

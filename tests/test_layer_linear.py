@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults.linear import linear_backward_transposed
+from attncourse.kit.faults.linear import linear_backward_transposed
 from attncourse.layers.linear import (
     init_linear,
     linear_backward,
@@ -17,7 +17,7 @@ from attncourse.layers.linear import (
     matmul_backward,
 )
 from attncourse.loss import cross_entropy_backward, cross_entropy_forward
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
 EPS = np.finfo(np.float64).eps

@@ -6,7 +6,7 @@ from numpy.testing import assert_allclose
 
 from attncourse.layers.gelu import gelu, gelu_derivative
 from attncourse.layers.mlp import init_mlp, mlp_backward, mlp_forward
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 
 
 def case(seed=0, D=5, ratio=3, shape=(2, 4), bias_scale=0.5):

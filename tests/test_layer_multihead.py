@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults.multihead import (
+from attncourse.kit.faults.multihead import (
     multihead_backward_no_transpose,
     multihead_backward_reversed,
 )
@@ -19,7 +19,7 @@ from attncourse.layers.attention import (
     key_padding_mask,
     key_valid_from_lengths,
 )
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
 EPS = np.finfo(np.float64).eps

@@ -7,14 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults.positions import positions_backward_overwrite
+from attncourse.kit.faults.positions import positions_backward_overwrite
 from attncourse.layers import multihead as mh
 from attncourse.layers.positions import (
     init_positions,
     positions_backward,
     positions_forward,
 )
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults.loss import (
+from attncourse.kit.faults.loss import (
     cross_entropy_backward_sum,
     cross_entropy_backward_wrong_sign,
     cross_entropy_naive,
@@ -19,7 +19,7 @@ from attncourse.loss import (
     cross_entropy_forward,
     validate_logits_targets,
 )
-from attncourse.verify.gradients import layer_gradcheck
+from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
 EPS = np.finfo(np.float64).eps

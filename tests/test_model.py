@@ -16,8 +16,8 @@ from attncourse.model import (ModelConfig, count_parameters, init_model, load_mo
                               model_backward, model_forward, model_loss, save_model,
                               spread_params)
 from attncourse.params import flatten_params, unflatten_params
-from attncourse.verify.gradients import STEPS, TOLERANCE, layer_gradcheck
-from attncourse.verify.prefix import prefix_report
+from attncourse.kit.gradients import STEPS, TOLERANCE, layer_gradcheck
+from attncourse.kit.prefix import prefix_report
 
 # n_vocab = 7, T = 5 < T_max = 6, D = 4, d = 2, MLP width F = 8: all different
 SMALL = dict(n_vocab=7, T_max=6, D=4, heads=2, layers=2, ratio=2)

@@ -37,7 +37,7 @@ from nbclient.exceptions import CellExecutionError
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from attncourse.verify.exercises import UNFINISHED
+from attncourse.kit.exercises import UNFINISHED
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
@@ -169,7 +169,7 @@ check_top_k(my_top_k)"""
 def test_run_all_goes_on_past_a_stub_in_a_plain_kernel(tmp_path):
     nb = run_all(
         [
-            "from attncourse.verify import check_top_k",
+            "from attncourse.kit import check_top_k",
             EXERCISE,
             "print('the next cell ran')",
         ],
@@ -188,7 +188,7 @@ def test_run_all_stops_at_a_wrong_answer_in_a_plain_kernel(tmp_path):
         'raise NotImplementedError("your code here")', "return logits"
     )
     with pytest.raises(CellExecutionError, match="CheckFailed"):
-        run_all(["from attncourse.verify import check_top_k", wrong], tmp_path)
+        run_all(["from attncourse.kit import check_top_k", wrong], tmp_path)
 
 
 # --- Colab and Binder: the setup cell -------------------------------------------------
@@ -414,7 +414,7 @@ def test_nbval_with_the_root_conftest_fails_an_exercise_that_shows_no_notice(tmp
     for name, exercise in (("good", EXERCISE), ("silent", silent)):
         nb = nbformat.v4.new_notebook()
         nb.cells = [
-            nbformat.v4.new_code_cell("from attncourse.verify import check_top_k"),
+            nbformat.v4.new_code_cell("from attncourse.kit import check_top_k"),
             nbformat.v4.new_code_cell(exercise),
         ]
         nbformat.write(nb, tmp_path / f"{name}.ipynb")

@@ -1,5 +1,5 @@
 """Tests of attncourse.optim: AdamW as pure functions, clipping, the schedule; the
-planted mistakes of attncourse.faults.optim shown caught."""
+planted mistakes of attncourse.kit.faults.optim shown caught."""
 
 import math
 from fractions import Fraction
@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults import optim as fo
+from attncourse.kit.faults import optim as fo
 from attncourse.model import ModelConfig, init_model
 from attncourse.optim import (adamw_init, adamw_step, clip_by_global_norm, decays,
                               global_norm, lr_at)
 from attncourse.params import flatten_params, unflatten_params
-from attncourse.verify import CheckFailed
+from attncourse.kit import CheckFailed
 from strategies import matrices
 
 

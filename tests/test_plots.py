@@ -1,4 +1,4 @@
-"""Tests of attncourse.plots: the figure data, and that every figure draws (Agg
+"""Tests of attncourse.kit.plots: the figure data, and that every figure draws (Agg
 backend)."""
 
 import matplotlib
@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from numpy.testing import assert_allclose  # noqa: E402
 
-from attncourse import plots  # noqa: E402
+from attncourse.kit import plots  # noqa: E402
 
 
 def test_scaling_experiment_shows_the_sqrt_d_law():

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncourse.faults import attention as fa
+from attncourse.kit.faults import attention as fa
 from attncourse.layers.attention import causal_attention, key_valid_from_lengths
 from attncourse.layers.head import head_backward, head_forward
 from attncourse.layers.multihead import (
@@ -19,8 +19,8 @@ from attncourse.layers.positions import (
     positions_backward,
     positions_forward,
 )
-from attncourse.verify import CheckFailed
-from attncourse.verify.prefix import (
+from attncourse.kit import CheckFailed
+from attncourse.kit.prefix import (
     PREFIX_TOLERANCE,
     assert_prefix_interface,
     prefix_report,

@@ -1,4 +1,4 @@
-"""Tests of attncourse.verify.properties, including fault controls of the checks
+"""Tests of attncourse.kit.properties, including fault controls of the checks
 themselves."""
 
 import numpy as np
@@ -7,12 +7,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attncourse.faults import attention as fa
-from attncourse.faults import softmax as fs
+from attncourse.kit.faults import attention as fa
+from attncourse.kit.faults import softmax as fs
 from attncourse.layers.attention import attention_forward, attention_scores
 from attncourse.softmax import softmax, softmax_backward
-from attncourse.verify import CheckFailed
-from attncourse.verify.properties import (
+from attncourse.kit import CheckFailed
+from attncourse.kit.properties import (
     assert_convex_hull,
     assert_rows_sum_to_one,
     assert_rows_sum_to_zero,

@@ -117,14 +117,14 @@ def test_long_lines_counts_notebook_code_cells_only(tmp_path):
 
 @pytest.fixture(scope="module")
 def imported():
-    """What a fresh interpreter holds after ``import attncourse`` (line 1), then after
-    ``import attncourse.symbolic`` (line 2), and what it wrote to stderr: one process
-    for both tests below."""
+    """What a fresh interpreter holds after ``import attncourse`` (line 1), then
+    after ``import attncourse.kit.symbolic`` (line 2), and what it wrote to stderr:
+    one process for both tests below."""
     code = (
         "import sys, attncourse; "
         "print(sorted(m for m in ('sympy', 'matplotlib') if m in sys.modules), "
         "flush=True); "
-        "import attncourse.symbolic; print('sympy' in sys.modules)"
+        "import attncourse.kit.symbolic; print('sympy' in sys.modules)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=False
@@ -158,9 +158,7 @@ def test_the_top_level_api_is_curated_and_importable():
     # every listed name really is importable
     exec("from attncourse import *", namespace)
     assert set(names) <= set(namespace)
-    assert {"softmax", "attention_forward", "layer_gradcheck", "CheckFailed"} <= set(
-        names
-    )
+    assert {"softmax", "attention_forward", "causal_attention"} <= set(names)
 
 
 def all_modules():

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults import sample as fsample
+from attncourse.kit.faults import sample as fsample
 from attncourse.model import ModelConfig, init_model, model_forward
 from attncourse.sample import (TOP_P_TOLERANCE, draw, generate, greedy, probabilities,
                                sample)
 from attncourse.softmax import softmax
-from attncourse.verify import CheckFailed
-from attncourse.verify.sampling import assert_draws_match, frequency_bound
+from attncourse.kit import CheckFailed
+from attncourse.kit.sampling import assert_draws_match, frequency_bound
 
 ALPHA = 1e-6  # the false-alarm rate of every draws test, fixed before drawing
 N = 50_000  # eps = frequency_bound(N, m, ALPHA) is at most 0.0135 for m <= 8

@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
-from attncourse.faults.softmax import (
+from attncourse.kit.faults.softmax import (
     softmax_backward_numerator_only,
     softmax_without_max_subtraction,
 )
 from attncourse.softmax import logsumexp, softmax, softmax_backward, softmax_jacobian
-from attncourse.verify.gradients import STEPS, TOLERANCE, gradcheck, numerical_jacobian
+from attncourse.kit.gradients import STEPS, TOLERANCE, gradcheck, numerical_jacobian
 from strategies import masks, matrices, sizes
 
 EPS = np.finfo(np.float64).eps

@@ -1,13 +1,13 @@
-"""Tests of attncourse.symbolic: elementwise builders, gradients, moments and the exact
-examples."""
+"""Tests of attncourse.kit.symbolic: elementwise builders, gradients, moments and the
+exact examples."""
 
 import numpy as np
 import pytest
 import sympy as sp
 from numpy.testing import assert_allclose
 
-from attncourse import symbolic as sy
-from attncourse.examples import example1, example2
+from attncourse.kit import symbolic as sy
+from attncourse.kit.examples import example1, example2
 from attncourse.layers.head import head_backward, head_forward
 
 TIGHT = 64 * np.finfo(np.float64).eps

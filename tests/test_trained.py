@@ -1,4 +1,4 @@
-"""Tests of attncourse.trained: the recipes of the course's trained models."""
+"""Tests of attncourse.kit.trained: the recipes of the course's trained models."""
 
 import pathlib
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from attncourse import trained
+from attncourse.kit import trained
 from attncourse.params import flatten_params
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from attncourse._validate import as_float_array, require_params, require_sizes
+from attncourse._validate import as_float_array, require_params, require_sizes, shaped
 from attncourse.layers.multihead import init_multihead, multihead_forward, split_heads
 
 
@@ -146,3 +146,40 @@ def test_require_params_names_the_layer_and_what_is_missing():
         ValueError, match=r"^embedding params must be a dict of named arrays, got list$"
     ):
         require_params("embedding", [np.ones((2, 2))], ("E",))
+
+
+# --- shaped ---------------------------------------------------------------------------
+
+
+def test_shaped_returns_float_arrays_and_keeps_float_types():
+    x32 = np.ones((2, 3), dtype=np.float32)
+    Q, K = shaped("Q(..., T, d) K(..., S, d)", x32, [[1, 2, 3]])
+    assert Q is x32 and K.dtype == np.float64
+    assert shaped("X(T, D)", np.ones((4, 5))).shape == (4, 5)
+    ids = np.array([[1, 2]])
+    assert shaped("ids(B, T):int", ids) is ids
+    assert shaped("X(T, D) mask(T, T)", np.ones((2, 3)), None)[1] is None
+
+
+@pytest.mark.parametrize("spec, arrays, message", [
+    ("X(T, D)", [np.ones(3)], r"^X must have shape \(T, D\), got shape \(3,\)$"),
+    ("X(T, D)", [np.ones((1, 2, 3))], r"^X must have shape \(T, D\), got shape"),
+    ("Q(..., T, d)", [np.ones(3)], r"^Q must have shape \(\.\.\., T, d\), got shape"),
+    ("Q(..., T, d) K(..., S, d)", [np.ones((3, 2)), np.ones((4, 5))],
+     r"^K must have shape \(\.\.\., S, d\) with d=2 \(as in Q\), got shape \(4, 5\)$"),
+    ("W(D, 3)", [np.ones((2, 4))], r"^W must have shape \(D, 3\), got shape \(2, 4\)$"),
+    ("Q(..., T, d) K(..., S, d)", [np.ones((2, 3, 2)), np.ones((4, 5, 2))],
+     r"^leading batch dimensions do not broadcast: Q \(2,\), K \(4,\)$"),
+    ("ids(T):int", [np.ones(3)], r"^ids must be an array of integers"),
+    ("X(T)", [["a"]], r"^X must be an array of numbers, got dtype <U1$"),
+    ("X(T) Y(T)", [np.ones(2)], r"names 2 arrays, got 1"),
+])
+def test_shaped_names_the_argument_the_expected_and_the_actual_shape(
+        spec, arrays, message):
+    with pytest.raises(ValueError, match=message):
+        shaped(spec, *arrays)
+
+
+def test_shaped_refuses_a_malformed_spec():
+    with pytest.raises(ValueError, match="not a shape spec"):
+        shaped("X[T, D]", np.ones((2, 2)))

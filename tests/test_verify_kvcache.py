@@ -1,4 +1,4 @@
-"""Tests of attncourse.verify.kvcache: the equality of incremental decoding with full
+"""Tests of attncourse.kit.kvcache: the equality of incremental decoding with full
 recomputation passes the package's cache, catches each planted fault (on a small random
 model, where the registry's own checks use the trained ones), names the step, and
 rejects its own bad arguments with a ValueError."""
@@ -6,12 +6,12 @@ rejects its own bad arguments with a ValueError."""
 import numpy as np
 import pytest
 
-from attncourse.faults import kvcache as fk
+from attncourse.kit.faults import kvcache as fk
 from attncourse.kvcache import decode_step, prefill
 from attncourse.layers.attention import key_valid_from_lengths
 from attncourse.model import ModelConfig, spread_params
-from attncourse.verify import CheckFailed
-from attncourse.verify.kvcache import (DECODE_TOLERANCE, PROPERTY,
+from attncourse.kit import CheckFailed
+from attncourse.kit.kvcache import (DECODE_TOLERANCE, PROPERTY,
                                        assert_decoding_equals_recompute)
 
 CONFIG = ModelConfig(n_vocab=13, T_max=8, D=10, heads=2, layers=2, ratio=3)

@@ -1,4 +1,4 @@
-"""Tests of attncourse.verify.sampling: the Hoeffding + Bonferroni bound, its
+"""Tests of attncourse.kit.sampling: the Hoeffding + Bonferroni bound, its
 false-alarm rate, its power against a shifted distribution, the checks of its input."""
 
 import math
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import attncourse as ac
-from attncourse.verify import CheckFailed
-from attncourse.verify.sampling import DrawsReport, assert_draws_match, frequency_bound
+from attncourse import kit
+from attncourse.kit import CheckFailed
+from attncourse.kit.sampling import DrawsReport, assert_draws_match, frequency_bound
 
 ALPHA = 1e-6
 
@@ -64,7 +65,7 @@ def test_the_report_names_the_largest_gap_and_its_token():
     assert report.token in (0, 1) and math.isclose(report.max_gap, 0.01)
     assert report.n_draws == 1000 and report.eps == frequency_bound(1000, 3, ALPHA)
     np.testing.assert_allclose(report.frequencies, [0.24, 0.26, 0.5])
-    assert ac.verify.assert_draws_match is assert_draws_match
+    assert kit.assert_draws_match is assert_draws_match
 
 
 def test_a_token_outside_the_distribution_fails_the_check():

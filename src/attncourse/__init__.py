@@ -1,15 +1,17 @@
 """attncourse: the numpy reference code of *Attention, Step by Step*.
 
-The names below are the ones the chapters' prose uses; everything else lives in the
-submodules (``attncourse.layers.multihead``, ``attncourse.verify``,
-``attncourse.faults.attention`` …); ``src/attncourse/README.md`` maps them. Importing
-this package pulls in numpy only: ``attncourse.symbolic`` (sympy) and
-``attncourse.plots`` (matplotlib) are imported explicitly by the chapters that use them.
+This is the core: the mathematics, which a learner reads beside the chapters. The names
+below are the ones the chapters' prose uses; everything else lives in the submodules
+(``attncourse.layers.multihead``, ``attncourse.tiled`` …). What checks the core (the
+learner checkers, planted faults, the conformance suite, gradient checkers, plots,
+symbolic helpers, the trained-model recipes) is the kit, ``attncourse.kit``: it imports
+the core, the core never imports it, and ``import attncourse`` loads the core alone
+(numpy, no sympy or matplotlib). ``src/attncourse/README.md`` maps both.
 """
 
 from importlib import metadata as _metadata
 
-from . import faults, layers, verify
+from . import layers
 from .layers.attention import (
     attention_backward,
     attention_forward,
@@ -25,7 +27,6 @@ from .loss import cross_entropy, cross_entropy_backward, cross_entropy_forward
 from .params import flatten_params, unflatten_params
 from .softmax import logsumexp, softmax, softmax_backward
 from .text import build_vocab, decode, encode, make_corpus
-from .verify import CheckFailed, compare, gradcheck, layer_gradcheck
 
 try:  # the version is written once, in pyproject.toml
     __version__ = _metadata.version("attncourse")
@@ -61,11 +62,5 @@ __all__ = [
     "encode",
     "decode",
     "make_corpus",
-    "CheckFailed",
-    "compare",
-    "gradcheck",
-    "layer_gradcheck",
-    "faults",
     "layers",
-    "verify",
 ]

@@ -44,7 +44,6 @@ __all__ = [
     "fast_attention_backward",
     "fast_causal_attention",
     "fast_causal_attention_backward",
-    "FAST",
     "blas_threads",
     "default_workers",
     "run_parallel",
@@ -279,15 +278,3 @@ def fast_causal_attention_backward(
         query, key, value, causal=True, key_valid=key_valid
     )
     return fast_attention_backward(saved, dO)
-
-
-def _implementation():
-    from .verify.conformance import Implementation
-
-    return Implementation(
-        "fast dense", fast_causal_attention, fast_causal_attention_backward
-    )
-
-
-FAST = _implementation()
-"""The fast dense pair as a conformance-suite ``Implementation``."""

@@ -20,7 +20,7 @@ projections, attention of the one query at ``query_offset = t`` over the ``t + 1
 the output projection, the MLP and the two residuals, then the final norm and the
 logits. Its logits equal the last row of the full forward pass on the whole prefix
 (float64, within ``1e-12``:
-:func:`attncourse.verify.kvcache.assert_decoding_equals_recompute`).
+:func:`attncourse.kit.kvcache.assert_decoding_equals_recompute`).
 
 :func:`incremental_attention` is the cache's attention pattern as a function of the
 ``causal_attention`` signature (one query at a time against the keys so far); it joins

@@ -15,7 +15,7 @@ the last axis of the logits, in this order:
 lowest token id (a stable sort), in both cuts. :func:`sample` draws from that exact
 distribution by the inverse of its cumulative distribution (:func:`draw`), so a test
 can compare many draws with :func:`probabilities` itself
-(:func:`attncourse.verify.sampling.assert_draws_match`).
+(:func:`attncourse.kit.sampling.assert_draws_match`).
 
 >>> z = np.log([1.0, 2.0, 3.0, 4.0])           # softmax(z) = [0.1, 0.2, 0.3, 0.4]
 >>> probabilities(z).round(12)

@@ -20,7 +20,7 @@ visible key (all its keys padded) reads nothing.
 
 :func:`tiled_causal_attention` and :func:`tiled_causal_attention_backward` have the
 ``causal_attention`` signature and pass the attention conformance suite
-(:mod:`attncourse.verify.conformance`). The probabilities they return are a
+(:mod:`attncourse.kit.conformance`). The probabilities they return are a
 :class:`TiledWeights`: computed from ``lse``, block of rows by block of rows, only when
 converted to an array (``np.asarray``). With ``dropout`` they are formed in full, since
 the dropout mask is as large as they are.
@@ -58,7 +58,6 @@ __all__ = [
     "tiled_attention_backward",
     "tiled_causal_attention",
     "tiled_causal_attention_backward",
-    "tiled_implementation",
 ]
 
 DEFAULT_BLOCK = 256
@@ -543,41 +542,3 @@ def tiled_causal_attention_backward(
         block_k=block_k,
     )
     return tiled_attention_backward(saved, dO)
-
-
-def tiled_implementation(block_q, block_k=None):
-    """Return the tiled pair with these tile sizes as a conformance-suite
-    :class:`~attncourse.verify.conformance.Implementation` (``block_k`` defaults to
-    ``block_q``)."""
-    from .verify.conformance import Implementation
-
-    block_k = block_q if block_k is None else block_k
-    require_blocks(block_q, block_k)
-
-    def attend(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
-        return tiled_causal_attention(
-            query,
-            key,
-            value,
-            query_offset,
-            dropout,
-            key_valid=key_valid,
-            block_q=block_q,
-            block_k=block_k,
-        )
-
-    def backward(query, key, value, dO, query_offset=0, *, key_valid=None):
-        return tiled_causal_attention_backward(
-            query,
-            key,
-            value,
-            dO,
-            query_offset,
-            key_valid=key_valid,
-            block_q=block_q,
-            block_k=block_k,
-        )
-
-    attend.__name__ = f"tiled_causal_attention_{block_q}x{block_k}"
-    backward.__name__ = f"tiled_causal_attention_backward_{block_q}x{block_k}"
-    return Implementation(f"tiled {block_q}x{block_k}", attend, backward)

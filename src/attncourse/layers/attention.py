@@ -228,7 +228,7 @@ def causal_attention_backward(query, key, value, dO, query_offset=0, *, key_vali
 
     The forward pass is recomputed; every implementation of the ``causal_attention``
     signature is held to these gradients by the conformance suite
-    (:mod:`attncourse.verify.conformance`).
+    (:mod:`attncourse.kit.conformance`).
 
     >>> import numpy as np
     >>> dq, dk, dv = causal_attention_backward(np.zeros((2, 1)), np.zeros((2, 1)),
