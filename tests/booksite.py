@@ -34,7 +34,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 __all__ = [
     "ROOT", "IN_CI", "LAUNCH_FLAGS", "find_chromium", "chromium", "html_dir",
-    "built_html", "readme_command", "book_pages", "chapter_pages", "LoopbackServer",
+    "built_html", "course_commands", "book_pages", "chapter_pages", "LoopbackServer",
     "CDN_HOSTS", "cdn_references", "external_resources", "raw_tex_fragments",
     "element_ids", "link_problems", "page_problems", "chapter_problems",
     "unreferenced_equations", "COLLECT_FACTS_JS", "CHAPTER_FACTS_JS",
@@ -108,23 +108,34 @@ def html_dir():
     return pathlib.Path(os.environ.get("BOOK_HTML", DEFAULT_HTML)).resolve()
 
 
-def readme_command(marker):
-    """The command line README.md gives after ``<!-- marker -->`` (the same rule as
-    ``.ci/run``)."""
-    lines = (ROOT / "README.md").read_text().splitlines()
-    start = lines.index(f"<!-- {marker} -->")
-    fence = next(i for i in range(start + 1, len(lines))
-                 if lines[i].startswith("```bash"))
-    return lines[fence + 1].strip()
+def course_commands(job, script=None):
+    r"""The commands the shell function ``job`` of the ``course`` script runs (or of
+    the text ``script``), in order: one string each, a line continued with ``\``
+    joined, comments and blank lines left out.
+
+    >>> script = "book() {\n    # two steps\n    a -x \\\n        y\n    b\n}\n"
+    >>> course_commands("book", script)
+    ['a -x y', 'b']
+    """
+    text = (ROOT / "course").read_text() if script is None else script
+    lines = text.splitlines()
+    if f"{job}() {{" not in lines:
+        raise AssertionError(f"the course script has no function {job}()")
+    start = lines.index(f"{job}() {{")
+    body = "\n".join(lines[start + 1:lines.index("}", start)])
+    body = re.sub(r"\s*\\\n\s*", " ", body)
+    return [line.strip() for line in body.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _build_arguments():
-    """The arguments README.md passes to ``jupyter-book`` (``build . --all -W ...``)."""
-    for part in readme_command("build-command").split("&&"):
-        words = shlex.split(part)
+    """The arguments ``./course book`` passes to ``jupyter-book`` (``build . --all -W
+    ...``)."""
+    for command in course_commands("book"):
+        words = shlex.split(command)
         if words and words[0].endswith("jupyter-book"):
             return words[1:]
-    raise AssertionError("README.md's build command does not run jupyter-book")
+    raise AssertionError("./course book does not run jupyter-book")
 
 
 _BUILD_FAILURE = []
@@ -150,8 +161,8 @@ def _build_lock(html):
 
 
 def built_html():
-    """Return the built HTML folder, building the book first (README's command) when
-    there is none."""
+    """Return the built HTML folder, building the book first (as ``./course book``
+    does) when there is none."""
     if _BUILD_FAILURE:  # build at most once per session, even when it fails
         raise AssertionError(_BUILD_FAILURE[0])
     html = html_dir()
@@ -159,7 +170,7 @@ def built_html():
     with _build_lock(html):
         if not _is_built(html):
             if (html == DEFAULT_HTML
-                    and "tools/execute.py" in readme_command("build-command")):
+                    and "tools/execute.py" in " ".join(course_commands("book"))):
                 # the build command's first step: the chapters executed in parallel
                 subprocess.run([sys.executable, str(ROOT / "tools" / "execute.py")],
                                cwd=ROOT, capture_output=True, text=True)

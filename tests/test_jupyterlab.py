@@ -1,7 +1,7 @@
 """The chapters opened in JupyterLab, as a learner who clones the course sees them.
 
-JupyterLab (with ``jupyterlab-myst``, both installed by requirements.txt and by the
-README's learner command) is started headless on 127.0.0.1 with a random token, a
+JupyterLab (with ``jupyterlab-myst``, both installed by requirements.txt, as
+``./course lab`` opens them) is started headless on 127.0.0.1 with a random token, a
 temporary settings, workspace, runtime and data folder, and nothing that fetches from
 the internet (no news, no update check, a read-only extension manager); every browser
 request to another host is refused and recorded. A chapter is opened in the same
@@ -393,8 +393,8 @@ def _require_jupyterlab():
         import jupyterlab  # noqa: F401
         import jupyterlab_myst  # noqa: F401
     except ImportError:
-        pytest.fail("JupyterLab or jupyterlab-myst is missing: "
-                    "pip install -r requirements.txt -c constraints.txt",
+        pytest.fail("JupyterLab or jupyterlab-myst is missing: ./course lab (or "
+                    "./course test) installs them from requirements.txt",
                     pytrace=False)
 
 

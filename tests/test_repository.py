@@ -1,8 +1,11 @@
-"""Repository-wide checks: notebooks are stored stripped, code lines are at most 88
-characters, import attncourse stays light, and its API is curated."""
+"""Repository-wide checks: notebooks are stored stripped, import attncourse stays
+light, its API is curated, the course script runs its set-up before each job, and the
+GitHub workflow passes actionlint. (Code lines of at most 88 characters: ./course test
+runs ruff check, configured in pyproject.toml.)"""
 
 import importlib
 import json
+import os
 import pathlib
 import pkgutil
 import subprocess
@@ -11,7 +14,7 @@ import sys
 import pytest
 from packaging.utils import canonicalize_name
 
-from booksite import readme_command
+from booksite import _build_arguments, course_commands
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
@@ -64,55 +67,6 @@ def test_stored_outputs_detects_an_executed_notebook(tmp_path):
     path = tmp_path / "executed.ipynb"
     path.write_text(json.dumps(nb))
     assert stored_outputs(path) == [0]
-
-
-MAX_LINE = 88  # as [tool.ruff] line-length in pyproject.toml
-
-
-def long_lines(path):
-    """``(line number, length)`` of each code line over MAX_LINE characters in ``path``.
-
-    In a notebook, the lines of its code cells are numbered through the cells; in a
-    Python file, every line counts (code, comments and docstrings alike).
-    """
-    if path.suffix == ".ipynb":
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        lines = [line for c in cells if c["cell_type"] == "code"
-                 for line in "".join(c["source"]).splitlines()]
-    else:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    return [(i, len(line)) for i, line in enumerate(lines, 1) if len(line) > MAX_LINE]
-
-
-# what a reader sees as code: the chapters' code cells (in the book and in Jupyter) and
-# the package, whose source the chapters show; also the tools, the tests (tests/*.py)
-# and the root conftest.py, the test settings
-CODE = [*NOTEBOOKS, *sorted((ROOT / "src" / "attncourse").rglob("*.py")),
-        *sorted((ROOT / "tools").glob("*.py")), *sorted((ROOT / "tests").glob("*.py")),
-        ROOT / "conftest.py"]
-
-
-@pytest.mark.parametrize("path", CODE, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_code_lines_are_at_most_88_characters(path):
-    found = long_lines(path)
-    assert found == [], (
-        f"{path.relative_to(ROOT)}: lines over {MAX_LINE} characters, (line, length): "
-        f"{found}; wrap them (ruff check lists them; ruff format --range helps)")
-
-
-def test_long_lines_counts_notebook_code_cells_only(tmp_path):
-    # fault control: a long code line is found, a long Markdown line is not
-    long = "x = " + "1 + " * 30 + "1"
-    nb = {"cells": [{"cell_type": "markdown", "source": ["m" * 200], "metadata": {}},
-                    {"cell_type": "code", "source": ["y = 1\n", long], "metadata": {},
-                     "execution_count": None, "outputs": []}],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    path = tmp_path / "wide.ipynb"
-    path.write_text(json.dumps(nb))
-    assert long_lines(path) == [(2, len(long))]
-    module = tmp_path / "wide.py"
-    module.write_text(f'"""Doc."""\n# {"c" * 87}\n{long}\n')
-    assert long_lines(module) == [(2, 89), (3, len(long))]
 
 
 @pytest.fixture(scope="module")
@@ -211,9 +165,9 @@ def exclusion_problems(excludes, lock, commands):
 
 
 def test_the_excluded_packages_are_locked_and_every_install_leaves_them_out():
-    # excludes.txt names what the README's uv install leaves out
-    commands = [readme_command(m) for m in ("build-command", "test-command")]
-    assert all("uv pip install" in c for c in commands), commands
+    # excludes.txt names what the course script's uv install leaves out
+    commands = [c for c in course_commands("setup") if "uv pip install" in c]
+    assert commands, course_commands("setup")
     excludes = (ROOT / "excludes.txt").read_text()
     lock = (ROOT / "constraints.txt").read_text()
     assert exclusion_problems(excludes, lock, commands) == []
@@ -223,3 +177,143 @@ def test_the_excluded_packages_are_locked_and_every_install_leaves_them_out():
     forgot = commands[0].replace(" --excludes excludes.txt", "")
     assert exclusion_problems(excludes, lock, [forgot]) == [
         f"does not leave them out: {forgot}"]
+
+
+# The course script (./course book, ./course test, ./course lab), run in a copy of the
+# repository's root whose .venv holds stand-ins: each writes its name and arguments to
+# $LOG instead of doing its job, so the order of the steps is seen without installing
+# or building anything.
+STAND_INS = ("uv", "python", "ruff", "jupyter-book", "jupyter")
+
+
+def run_course(folder, *args, script=None, **env):
+    """Run the repository's course script (or the text ``script``) from ``folder`` (a
+    copy of it is put there) with ``args``; return the finished process and the
+    commands it ran, as logged."""
+    (folder / "course").write_text(script or (ROOT / "course").read_text())
+    log = folder / "log"
+    log.write_text("")
+    done = subprocess.run(["sh", str(folder / "course"), *args], capture_output=True,
+                          text=True, env={**os.environ, "LOG": str(log), **env})
+    return done, log.read_text().splitlines()
+
+
+@pytest.fixture
+def stand_ins(tmp_path):
+    """A folder whose .venv/bin holds a stand-in for every program the course runs."""
+    programs = tmp_path / ".venv" / "bin"
+    programs.mkdir(parents=True)
+    for name in STAND_INS:
+        (programs / name).write_text('#!/bin/sh\necho "${0##*/} $*" >> "$LOG"\n')
+        (programs / name).chmod(0o755)
+    return tmp_path
+
+
+def as_logged(job, args=""):
+    """The commands of the course's function ``job`` as the stand-ins log them."""
+    return [c.removeprefix(".venv/bin/").replace(' "$@"', args)
+            for c in course_commands(job)]
+
+
+def test_the_course_script_is_executable():
+    assert os.access(ROOT / "course", os.X_OK), "chmod +x course"
+
+
+def test_each_job_of_the_course_script_runs_after_the_install(stand_ins):
+    [install] = [c for c in as_logged("setup") if c.startswith("uv pip install")]
+    assert "--excludes excludes.txt" in install
+    done, book = run_course(stand_ins, "book")
+    assert done.returncode == 0, done.stderr
+    assert book == [install, *as_logged("book")]
+    # booksite builds the book with the arguments ./course book runs jupyter-book with
+    assert " ".join(["jupyter-book", *_build_arguments()]) in book
+    done, test = run_course(stand_ins, "test", "-m", "not book", "-x")
+    assert done.returncode == 0, done.stderr
+    assert test == [install, *as_logged("test", " -m not book -x")]
+    # ruff first (code lines of at most 88 characters), then pytest with the arguments
+    assert test[1] == "ruff check" and test[2].startswith("python -m pytest ")
+    done, lab = run_course(stand_ins, "lab")
+    assert done.returncode == 0, done.stderr
+    assert lab == [install, *as_logged("lab")]
+    # fault control: a script whose dispatch forgets the set-up runs the job alone
+    source = (ROOT / "course").read_text()
+    assert source.count("        setup\n") == 1
+    done, book = run_course(stand_ins, "book",
+                            script=source.replace("        setup\n", ""))
+    assert done.returncode == 0 and book == as_logged("book"), done.stderr
+
+
+def test_the_course_script_without_a_job_prints_its_usage_and_runs_nothing(stand_ins):
+    for args in [(), ("bogus",)]:
+        done, ran = run_course(stand_ins, *args)
+        assert done.returncode == 2 and ran == []
+        assert "./course book" in done.stderr and "./course test" in done.stderr
+    done, ran = run_course(stand_ins, "--help")
+    assert done.returncode == 0 and ran == [] and "./course lab" in done.stdout
+
+
+def test_the_course_script_refuses_a_python_older_than_3_11(tmp_path):
+    # no .venv yet: the set-up would create it with $PYTHON, which is too old here
+    old = tmp_path / "python3.10"
+    old.write_text("#!/bin/sh\nexit 1\n")  # sys.version_info < (3, 11): exit status 1
+    old.chmod(0o755)
+    done, ran = run_course(tmp_path, "test", PYTHON=str(old))
+    assert done.returncode == 1 and ran == []
+    assert "is not Python 3.11 or newer" in done.stderr
+    assert not (tmp_path / ".venv").exists()
+
+
+WORKFLOW = ROOT / ".github" / "workflows" / "book.yml"
+
+
+def actionlint(path):
+    """actionlint's findings on the workflow file ``path``, one line each (none when it
+    passes). ShellCheck and pyflakes are left out, so that the verdict does not depend
+    on what else the machine has installed."""
+    executable = pathlib.Path(sys.executable).with_name("actionlint")
+    if not executable.is_file():
+        pytest.fail("actionlint is missing: ./course test installs it (the test extra)",
+                    pytrace=False)
+    done = subprocess.run([str(executable), "-no-color", "-oneline", "-shellcheck=",
+                           "-pyflakes=", str(path)], capture_output=True, text=True)
+    findings = done.stdout.splitlines()
+    assert (done.returncode == 0) == (findings == []), (done.returncode, done.stderr)
+    return findings
+
+
+def test_the_workflow_passes_actionlint():
+    assert actionlint(WORKFLOW) == []
+
+
+def test_the_workflow_runs_the_two_commands_and_publishes_the_book():
+    import yaml
+
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
+    runs = [step["run"] for step in build["steps"] if "run" in step]
+    assert [r for r in runs if r.startswith("./")] == ["./course book", "./course test"]
+    assert build["steps"][-1]["uses"].startswith("actions/upload-pages-artifact@")
+    assert build["steps"][-1]["with"]["path"] == "_build/html"
+    assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["steps"][-1]["uses"].startswith("actions/deploy-pages@")
+
+
+@pytest.mark.parametrize("right, wrong, kind", [
+    # a key the workflow syntax does not have
+    ("timeout-minutes: 90", "timeout-minute: 90", "syntax-check"),
+    # runs-on read from a matrix the job does not define
+    ("runs-on: ubuntu-latest", "runs-on: ${{ matrix.os }}", "expression"),
+    # a runner that does not exist
+    ("runs-on: ubuntu-latest", "runs-on: ubuntu-lastest", "runner-label"),
+    # an input the action does not take
+    ('python-version: "3.11"', 'python_version: "3.11"', "action"),
+])
+def test_actionlint_rejects_a_broken_workflow(tmp_path, right, wrong, kind):
+    # fault control: the workflow with one planted mistake (in its first job) fails,
+    # for that mistake
+    text = WORKFLOW.read_text()
+    assert right in text, right
+    broken = tmp_path / "book.yml"
+    broken.write_text(text.replace(right, wrong, 1))
+    findings = actionlint(broken)
+    assert findings and all(f.endswith(f"[{kind}]") for f in findings), findings
