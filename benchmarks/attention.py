@@ -4,8 +4,8 @@ Measures, in one process and interleaved (every repeat runs every implementation
 in turn, so that a busy machine slows all of them alike):
 
 1. ``batch``: forward+backward time at ``B H T d`` (default 4 8 1024 64), float32 and
-   float64, all positions visible, of the reference (``attention_forward`` +
-   ``attention_backward``, which recomputes the forward pass), the fast dense and the
+   float64, all positions visible, of the reference (``attention_forward``, then
+   ``attention_backward`` on its ``saved``), the fast dense and the
    tiled versions, and PyTorch's ``scaled_dot_product_attention`` when it is importable;
    the ratio of each to PyTorch;
 2. ``sweep``: one head, ``T = 256 ... 8192`` (float32), all visible and causal: time and
@@ -33,7 +33,7 @@ import numpy as np
 
 from attncourse.fast import fast_attention_backward, fast_attention_forward
 from attncourse.layers.attention import (attention_backward, attention_forward,
-                                         causal_attention, causal_attention_backward)
+                                         causal_mask)
 from attncourse.tiled import tiled_attention_backward, tiled_attention_forward
 
 torch = None  # imported by main() when wanted: optional, the course never needs it
@@ -64,11 +64,9 @@ def numpy_runners(block, causal, reference=True, extra_blocks=()):
     ``tiled <b>`` tiles ``b`` for each of ``extra_blocks``."""
 
     def ref(Q, K, V, G):
-        if causal:
-            causal_attention(Q, K, V)
-            return causal_attention_backward(Q, K, V, G)
-        attention_forward(Q, K, V)
-        return attention_backward(Q, K, V, G)
+        visible = causal_mask(Q.shape[-2], K.shape[-2]) if causal else None
+        _, saved = attention_forward(Q, K, V, visible)
+        return attention_backward(saved, G)
 
     def fast(Q, K, V, G):
         _, saved = fast_attention_forward(Q, K, V, causal=causal)

@@ -40,8 +40,8 @@ __all__ = [
     "unreferenced_equations", "COLLECT_FACTS_JS", "CHAPTER_FACTS_JS",
     "LAYOUTS", "LAYOUT_FACTS_JS", "layout_problems", "machine_paths",
     "absolute_path_leaks", "path_leaks_in_build",
-    "Record", "open_page", "judge", "assert_none", "search", "judge_from_disk",
-    "FAULT_PAGES", "write_fault_pages", "SCREENSHOT_SUFFIX", "take_screenshot",
+    "Record", "open_page", "judge", "assert_none", "search", "SCREENSHOT_SUFFIX",
+    "take_screenshot",
 ]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -865,136 +865,6 @@ def search(browser, url, local_prefix, screenshot=None):
         page.close()
     return hits, record
 
-
-def judge_from_disk(browser, folder, rel):
-    """Open ``folder/rel`` from disk (``file://``) and judge it, its links included;
-    returns {check: [problems]}."""
-    disk = DiskSite(folder)
-    page, record, facts = open_page(browser, disk.url(rel), disk.origin + "/",
-                                    (folder / rel).read_text())
-    page.close()
-    return judge(record, facts, disk.origin, folder)
-
-
-
-# ----------------------------------------------------------------- planted fault pages
-# Small synthetic pages with planted faults, served like the book, must be flagged by
-# the same functions; a clean page must pass. The pages borrow the book's _static
-# (MathJax, togglebutton).
-
-def synthetic(body, head=""):
-    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-            f"<title>t</title>{head}</head><body>{body}</body></html>")
-
-
-MATHJAX = "<script defer src='_static/mathjax/tex-chtml.js'></script>"
-TOGGLE = ("<link rel='stylesheet' href='_static/togglebutton.css'>"
-          "<script>let toggleHintShow = 'Click to show';"
-          " let toggleHintHide = 'Click to hide';"
-          " let toggleOpenOnPrint = 'true';"
-          " var togglebuttonSelector = '.toggle, .admonition.dropdown';</script>"
-          "<script src='_static/togglebutton.js'></script>")
-
-GOALS = ("<h1>Chapter 9</h1><p>Why.</p><p><strong>Learning goals</strong></p>"
-         "<ul><li>one</li></ul>")
-EQUATION = ("<section id='s'><h2>Scores</h2>"
-            "<div class='math notranslate nohighlight' id='equation-eq-s'>"
-            "<span class='eqno'>(1)</span>\\[S = QK^\\top\\]</div>"
-            "<p>By <a class='reference internal' href='#equation-eq-s'>(1)</a>.</p>"
-            "</section>")
-SUMMARY = "<section id='summary'><h2>Summary</h2><p>Done.</p></section>"
-EXERCISE = ("<div class='exercise admonition' id='ex-1'>"
-            "<p class='admonition-title'>Exercise 1</p>"
-            "<section><p>Do it.</p></section></div>")
-SOLUTION = ("<div class='solution dropdown admonition' id='sol-1'>"
-            "<p class='admonition-title'>Solution to"
-            "<a class='reference internal' href='#ex-1'> Exercise 1</a></p>"
-            "<section><p>Answer.</p></section></div>")
-
-
-def chapter_page(goals=GOALS, equation=EQUATION, summary=SUMMARY, exercise=EXERCISE,
-                 solution=SOLUTION):
-    body = (f"<article>{goals}{equation}{summary}<section id='ex'><h2>Exercises</h2>"
-            f"{exercise}{solution}</section></article>")
-    return synthetic(body, MATHJAX + TOGGLE)
-
-
-FAULT_PAGES = {
-    "clean.html": synthetic(
-        "<p>Inline <span class='math'>\\(x^2\\)</span>, displayed:</p>"
-        "<div class='math'>\\[\\frac{a}{b}\\]</div>"
-        "<p id='here'>Text, $5 and <code>$$</code>.</p>"
-        "<img src='dot.png' alt='a dot'><a href='clean.html#here'>ok</a>"
-        "<a href='#here'>ok</a>"
-        "<a href='https://example.org/elsewhere'>a hyperlink elsewhere</a>", MATHJAX),
-    "raw_tex.html": synthetic("<p>Forgot: $$x^2$$ and \\(a\\) and "
-                              "\\begin{align}b\\end{align} and $\\alpha$.</p>"
-                              "<span class='math'>\\(y\\)</span>"),
-    "broken_image.html": synthetic("<img src='missing.png' alt='gone'>"),
-    # MathJax typesets, but its fonts are looked for in a folder that does not exist
-    "mathjax_font_missing.html": synthetic(
-        "<p>Inline <span class='math'>\\(x^2\\)</span>.</p>",
-        "<script>MathJax = {chtml: {fontURL: '_static/mathjax/no-such-fonts'}};"
-        "</script>" + MATHJAX),
-    # visible text set in a web font whose file is missing
-    "font_missing.html": synthetic(
-        "<p style='font-family: PlantedFace'>Visible text.</p>",
-        "<style>@font-face { font-family: PlantedFace;"
-        " src: url('no-such-font.woff2') format('woff2'); }</style>"),
-    "dead_links.html": synthetic(
-        "<a href='nowhere.html'>dead page</a> "
-        "<a href='clean.html#no-such-anchor'>dead anchor</a>"
-        " <a href='clean.html#here'>fine</a> "
-        "<a href='https://example.org/'>external hyperlink</a>"),
-    "console_error.html": synthetic(
-        "<script>console.error('planted');</script>"
-        "<script>throw new Error('planted throw');</script>"),
-    "external.html": synthetic(
-        "<p>loads</p>",
-        "<script src='https://unpkg.com/thebe@0.8.2/lib/index.js'></script>"
-        "<link rel='stylesheet' "
-        "href='https://fonts.googleapis.com/css?family=Roboto'>"),
-    "chapter_good.html": chapter_page(),
-    "chapter_numbered.html": chapter_page(summary=SUMMARY.replace(
-        "<h2>Summary</h2>",
-        "<h2><span class='section-number'>9.3. </span>Summary</h2>")),
-    "chapter_no_goals.html": chapter_page(goals="<h1>Chapter 9</h1><p>Why.</p>"),
-    "chapter_late_goals.html": chapter_page(
-        goals="<h1>Chapter 9</h1>", summary=SUMMARY.replace(
-            "<p>Done.</p>",
-            "<p><strong>Learning goals</strong></p><ul><li>one</li></ul>")),
-    "chapter_goals_no_list.html": chapter_page(
-        goals="<h1>Chapter 9</h1><p><strong>Learning goals</strong></p><p>prose</p>"),
-    "chapter_no_summary.html": chapter_page(summary=""),
-    "chapter_section_after_summary.html": chapter_page(
-        summary=SUMMARY + "<section id='more'><h2>More derivations</h2></section>"),
-    "chapter_no_equation.html": chapter_page(
-        equation="<section id='s'><h2>Scores</h2><p>No maths.</p></section>"),
-    "chapter_unreferenced_equation.html": chapter_page(equation=EQUATION.replace(
-        "<a class='reference internal' href='#equation-eq-s'>(1)</a>", "equation one")),
-    "chapter_one_equation_uncited.html": chapter_page(
-        equation=EQUATION + EQUATION.replace("eq-s", "eq-t").replace(
-            "<a class='reference internal' href='#equation-eq-t'>(1)</a>",
-            "equation two")),
-    "chapter_no_exercise.html": chapter_page(exercise="", solution=""),
-    "chapter_no_solution.html": chapter_page(solution=""),
-    "chapter_solution_not_dropdown.html": chapter_page(
-        solution=SOLUTION.replace("solution dropdown admonition",
-                                  "solution admonition")),
-}
-
-
-def write_fault_pages(folder, html):
-    """Write FAULT_PAGES into ``folder``, linking ``html``'s _static; return it."""
-    folder = pathlib.Path(folder)
-    (folder / "_static").symlink_to(html / "_static", target_is_directory=True)
-    shutil.copy(next((html / "_static").rglob("*.png")), folder / "dot.png")
-    for name, text in FAULT_PAGES.items():
-        (folder / name).write_text(text)
-    return folder
-
-
-# --------------------------------------------------- paths of the machine that built it
 
 _TEXT_SUFFIXES = {".html", ".js", ".css", ".txt", ".ipynb", ".md", ".json", ".svg",
                   ".xml", ".inv"}

@@ -2,6 +2,7 @@
 layer pairs, training."""
 
 import collections
+import re
 
 import numpy as np
 import pytest
@@ -141,11 +142,15 @@ def test_bad_input():
     ):
         bigram_counts([0, 3], 3)
     with pytest.raises(
-        ValueError, match=r"square matrix \(n_vocab, n_vocab\), got shape \(2, 3\)"
+        ValueError,
+        match=r"^C must have shape \(n_vocab, n_vocab\) with n_vocab=2 \(as in C\), "
+            r"got shape \(2, 3\)$",
     ):
         conditional_entropy(np.ones((2, 3)))
-    with pytest.raises(ValueError, match="non-negative"):
+    with pytest.raises(ValueError, match="^counts must be finite and non-negative$"):
         conditional_entropy(np.array([[1, -1], [0, 1]]))
+    with pytest.raises(ValueError, match="^counts must be finite and non-negative$"):
+        conditional_entropy(np.array([[1, np.inf], [0, 1]]))
     with pytest.raises(ValueError, match="all zero"):
         conditional_entropy(np.zeros((2, 2)))
     with pytest.raises(
@@ -154,16 +159,18 @@ def test_bad_input():
         init_bigram(3, 0)
     with pytest.raises(
         ValueError,
-        match=r"need E \(n_vocab, D\) and U \(D, n_vocab\), got E \(3, 2\) and U \(3, "
-            r"2\)",
+        match=r"^U must have shape \(D, n_vocab\) with D=2 \(as in E\), got shape "
+            r"\(3, 2\)$",
     ):
         bigram_probabilities(
             {"embed": {"E": np.ones((3, 2))}, "unembed": {"W": np.ones((3, 2))}}
         )
     with pytest.raises(ValueError, match=r"bigram params lack \['unembed'\]"):
         bigram_probabilities({"embed": {"E": np.ones((3, 2))}, "U": np.ones((2, 3))})
-    with pytest.raises(ValueError, match="learning rate must be positive, got -1.0"):
-        train_bigram([0, 1, 0], 2, lr=-1.0)
+    for lr in (-1.0, 0, np.inf, True):
+        message = f"the learning rate lr must be a finite number in (0, inf), got {lr}"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            train_bigram([0, 1, 0], 2, lr=lr)
     with pytest.raises(
         ValueError,
         match=r"sizes must be non-negative integers: steps=-1 \(got steps=-1\)",

@@ -78,30 +78,6 @@ def test_no_page_names_a_cdn_or_loads_from_another_host(html):
     assert not problems, "\n".join(problems)
 
 
-def test_fault_control_offline_check_flags_planted_cdn_references(tmp_path):
-    (tmp_path / "_static").mkdir()
-    (tmp_path / "a.html").write_text(
-        '<script>const THEBE_JS_URL = '
-        '"https://unpkg.com/thebe@0.8.2/lib/index.js"</script>'
-        '<link rel="stylesheet" href="https://fonts.googleapis.com/css2?family=Lato">'
-        '<img src="//cdn.example.org/figure.png" alt="x">'
-        '<a href="https://mybinder.org/v2/gh/o/r/main">a hyperlink, not a load</a>'
-    )
-    (tmp_path / "b.html").write_text(
-        '<a href="a.html">only local</a><img src="_images/x.png" alt="x">'
-    )
-    (tmp_path / "_static" / "theme.css").write_text(
-        "@font-face { src: url('https://fonts.gstatic.com/x.woff2') }"
-    )
-    assert offline_problems(tmp_path) == [
-        "a.html: names the CDN unpkg.com",
-        "a.html: names the CDN fonts.googleapis.com",
-        "a.html: loads <link href=https://fonts.googleapis.com/css2?family=Lato>",
-        "a.html: loads <img src=//cdn.example.org/figure.png>",
-        "_static/theme.css: loads css https://fonts.gstatic.com/x.woff2",
-    ]
-
-
 def test_repository_url_is_written_once():
     url = CONFIG["repository"]["url"]
     slug = urllib.parse.urlsplit(url).path.strip("/")
@@ -173,34 +149,3 @@ def test_chapter_pages_offer_download_and_launch(html):
                 "(stale build?)"
             )
     assert not problems, "\n".join(problems)
-
-
-def test_fault_control_launch_check_flags_a_page_without_launch_links():
-    rel = "chapters/09_demo.html"
-    good = (
-        '<a href="https://github.com/o/r"></a>'
-        '<a href="../_sources/chapters/09_demo.ipynb"></a>'
-        '<a href="https://mybinder.org/v2/gh/o/r/main'
-        '?urlpath=lab/tree/chapters/09_demo.ipynb"></a>'
-        '<a href="https://colab.research.google.com/github/o/r/blob/main/'
-        'chapters/09_demo.ipynb"></a>'
-    )
-    config = {
-        "repository": {"url": "https://github.com/o/r", "branch": "main"},
-        "launch_buttons": {
-            "binderhub_url": "https://mybinder.org",
-            "colab_url": "https://colab.research.google.com",
-        },
-    }
-    assert launch_problems(good, rel, config) == []
-    moved = dict(
-        config, repository={"url": "https://github.com/o/other", "branch": "main"}
-    )
-    # every launch link follows repository.url
-    assert len(launch_problems(good, rel, moved)) == 3
-    assert launch_problems(
-        re.sub(r'<a href="https://colab[^>]*></a>', "", good), rel, config
-    ) == [
-        "no Colab link (https://colab.research.google.com/github/o/r/blob/main/"
-        "chapters/09_demo.ipynb)"
-    ]

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
+from attncourse._validate import shaped
 from attncourse.kit.faults import attention as fa
 from attncourse.kit.faults import softmax as fs
 from attncourse.kvcache import incremental_attention, incremental_attention_backward
@@ -58,8 +59,8 @@ def test_padding_properties_hold_on_random_batches(impl, data, B, T, d, r, side)
     lengths = data.draw(st.lists(st.integers(0, T), min_size=B, max_size=B))
     key_valid = la.key_valid_from_lengths(lengths, T, side=side)
     Q, K, V = (data.draw(matrices(s)) for s in ((B, T, d), (B, T, d), (B, T, r)))
-    dO = data.draw(matrices((B, T, r)))
-    cf.assert_padded_case(impl, Q, K, V, dO, key_valid)
+    G = data.draw(matrices((B, T, r)))
+    cf.assert_padded_case(impl, Q, K, V, G, key_valid)
 
 
 def test_the_suite_names_its_properties():
@@ -137,7 +138,7 @@ def test_causal_failures_names_the_properties(qkv):
     assert cf.causal_failures(fa.causal_attention_mask_after_softmax, *qkv) == [
         "every row sums to one"
     ]
-    assert cf.causal_failures(la.attention_forward, *qkv) == [
+    assert cf.causal_failures(all_visible, *qkv) == [
         "future keys get weight exactly 0"
     ]
 
@@ -227,17 +228,19 @@ def query_padding(query, key, value, query_offset=0, dropout=None, *, key_valid=
 
 
 def naive_minus_inf(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
-    Q, K, V = la.validate_qkv(query, key, value)
-    return fa.naive_masked_attention_forward(
+    Q, K, V = shaped(la.QKV, query, key, value)
+    O, saved = fa.naive_masked_attention_forward(
         Q, K, V, la.causal_visible(Q, K, V, 0, key_valid)
     )
+    return O, saved.A
 
 
-def naive_minus_inf_backward(query, key, value, dO, query_offset=0, *, key_valid=None):
-    Q, K, V = la.validate_qkv(query, key, value)
-    return fa.naive_masked_attention_backward(
-        Q, K, V, dO, la.causal_visible(Q, K, V, 0, key_valid)
+def naive_minus_inf_backward(query, key, value, G, query_offset=0, *, key_valid=None):
+    Q, K, V = shaped(la.QKV, query, key, value)
+    _, saved = fa.naive_masked_attention_forward(
+        Q, K, V, la.causal_visible(Q, K, V, 0, key_valid)
     )
+    return la.attention_backward(saved, G)
 
 
 def unscaled(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
@@ -252,11 +255,11 @@ def unscaled(query, key, value, query_offset=0, dropout=None, *, key_valid=None)
     )
 
 
-def unscaled_backward(query, key, value, dO, query_offset=0, *, key_valid=None):
+def unscaled_backward(query, key, value, G, query_offset=0, *, key_valid=None):
     # the exact gradient of `unscaled`: a consistent wrong pair
     c = math.sqrt(np.shape(query)[-1])
     dQ, dK, dV = la.causal_attention_backward(
-        np.asarray(query) * c, key, value, dO, key_valid=key_valid
+        np.asarray(query) * c, key, value, G, key_valid=key_valid
     )
     return dQ * c, dK, dV
 
@@ -266,14 +269,15 @@ def mask_right_aligned(
 ):
     # the last query reads every key: right for a cache, wrong at offset 0 when T_q <
     # T_k
-    Q, K, V = la.validate_qkv(query, key, value)
+    Q, K, V = shaped(la.QKV, query, key, value)
     visible = la.causal_mask(Q.shape[-2], K.shape[-2], K.shape[-2] - Q.shape[-2])
-    return la.attention_forward(Q, K, V, visible)
+    O, saved = la.attention_forward(Q, K, V, visible)
+    return O, saved.A
 
 
 def key_dot_T(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
     # key.T reverses every axis: right for one sequence, wrong with batch axes
-    Q, K, V = la.validate_qkv(query, key, value)
+    Q, K, V = shaped(la.QKV, query, key, value)
     S = (
         Q @ np.transpose(K) / math.sqrt(Q.shape[-1])
         if K.ndim == 2
@@ -288,17 +292,18 @@ def key_dot_T(query, key, value, query_offset=0, dropout=None, *, key_valid=None
 def _visible_backward(softmax_backward=None, scale=True, mask=True, unbroadcast=True):
     """The reference backward with one chosen defect."""
 
-    def backward(query, key, value, dO, query_offset=0, *, key_valid=None):
-        Q, K, V = la.validate_qkv(query, key, value)
+    def backward(query, key, value, G, query_offset=0, *, key_valid=None):
+        Q, K, V = shaped(la.QKV, query, key, value)
         visible = la.causal_visible(Q, K, V, 0, key_valid) if mask else None
-        _, A = la.attention_forward(Q, K, V, visible)
+        _, saved = la.attention_forward(Q, K, V, visible)
+        A = saved.A
         if softmax_backward is None and scale and unbroadcast:
-            return la.attention_backward(Q, K, V, dO, visible)
+            return la.attention_backward(saved, G)
         d = Q.shape[-1]
         # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)
-        dV = np.swapaxes(A, -1, -2) @ dO
+        dV = np.swapaxes(A, -1, -2) @ G
         # (..., T_q, r) x (..., r, T_k) -> (..., T_q, T_k)
-        dA = dO @ np.swapaxes(V, -1, -2)
+        dA = G @ np.swapaxes(V, -1, -2)
         dS = (softmax_backward or la.softmax_backward)(A, dA)
         c = 1 / math.sqrt(d) if scale else 1.0
         dQ = dS @ K * c  # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d)
@@ -316,7 +321,7 @@ def _visible_backward(softmax_backward=None, scale=True, mask=True, unbroadcast=
 def no_max_subtraction(
     query, key, value, query_offset=0, dropout=None, *, key_valid=None
 ):
-    Q, K, V = la.validate_qkv(query, key, value)
+    Q, K, V = shaped(la.QKV, query, key, value)
     visible = la.causal_visible(Q, K, V, 0, key_valid)
     E = np.exp(la.attention_scores(Q, K)) * visible  # overflows for scores above 709
     A = E / np.maximum(E.sum(axis=-1, keepdims=True), np.finfo(float).tiny)
@@ -326,7 +331,7 @@ def no_max_subtraction(
 def max_before_masking(
     query, key, value, query_offset=0, dropout=None, *, key_valid=None
 ):
-    Q, K, V = la.validate_qkv(query, key, value)
+    Q, K, V = shaped(la.QKV, query, key, value)
     visible = np.broadcast_to(
         la.causal_visible(Q, K, V, 0, key_valid),
         (*np.broadcast_shapes(Q.shape[:-2], K.shape[:-2]), Q.shape[-2], K.shape[-2]),
@@ -349,10 +354,10 @@ def unvalidated(query, key, value, query_offset=0, dropout=None, *, key_valid=No
     return A @ V, A  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
 
 
-def unvalidated_backward(query, key, value, dO, query_offset=0, *, key_valid=None):
+def unvalidated_backward(query, key, value, G, query_offset=0, *, key_valid=None):
     Q, K, V = (np.asarray(x, dtype=float) for x in (query, key, value))
     _, A = unvalidated(Q, K, V, key_valid=key_valid)
-    return la.backward_from_weights(Q, K, V, A, np.asarray(dO))
+    return la.attention_backward(la.AttentionSaved(Q, K, V, A), G)
 
 
 def dropout_variant(mode):
@@ -366,7 +371,7 @@ def dropout_variant(mode):
         if mode == "called twice":
             dropout(A)
         if mode == "before the softmax":
-            Q, K, V = la.validate_qkv(query, key, value)
+            Q, K, V = shaped(la.QKV, query, key, value)
             S = dropout(la.attention_scores(Q, K))
             return la.softmax(S, la.causal_mask(*S.shape[-2:])) @ V, A
         dropped = dropout(A)
@@ -389,8 +394,8 @@ def offset_value_error(
     return la.causal_attention(query, key, value, 0, dropout, key_valid=key_valid)
 
 
-def backward_offset_ignored(query, key, value, dO, query_offset=0, *, key_valid=None):
-    return la.causal_attention_backward(query, key, value, dO, key_valid=key_valid)
+def backward_offset_ignored(query, key, value, G, query_offset=0, *, key_valid=None):
+    return la.causal_attention_backward(query, key, value, G, key_valid=key_valid)
 
 
 def offset_one_short(
@@ -405,13 +410,20 @@ def offset_unvalidated(
     query, key, value, query_offset=0, dropout=None, *, key_valid=None
 ):
     # no check of query_offset + T_q <= T_k
-    Q, K, V = la.validate_qkv(query, key, value)
-    return la.attention_forward(
+    Q, K, V = shaped(la.QKV, query, key, value)
+    O, saved = la.attention_forward(
         Q, K, V, la.causal_visible(Q, K, V, query_offset, key_valid)
     )
+    return O, saved.A
 
 
-ALL_VISIBLE = attend_from(la.attention_forward)
+def all_visible(Q, K, V):
+    """Chapter 3's attention_forward, every key visible, as ``(O, A)``."""
+    O, saved = la.attention_forward(Q, K, V)
+    return O, saved.A
+
+
+ALL_VISIBLE = attend_from(all_visible)
 UNMASKED_BACKWARD = _visible_backward(mask=False)
 
 # (property, wrong implementation, words the failure must contain)

@@ -9,7 +9,6 @@ from numpy.testing import assert_allclose
 
 from attncourse.kit.cost import (
     AttentionCost,
-    ModelFlops,
     attention_cost,
     counted_head_forward,
     counted_model_flops,
@@ -59,25 +58,6 @@ def test_counted_reference_matches_the_formula_and_the_head(T, D, d, r, seed):
     assert_allclose(A, A_ref, rtol=1e-12, atol=1e-12)
 
 
-def test_swapping_d_and_r_in_the_model_is_caught():
-    # fault control: a model that counts Q K^T with r and A V with d disagrees when d !=
-    # r
-    h = random_head(seed=1, T=5, D=7, d=3, r=4)
-    counted = counted_head_forward(h.X, h.W_Q, h.W_K, h.W_V)[2]
-    T, D, d, r = 5, 7, 3, 4
-    swapped = AttentionCost(
-        projections=T * D * (2 * d + r),
-        scores=T * T * r,
-        output=T * T * d,
-        weights_stored=T * T,
-    )
-    assert counted != swapped
-    forgot_a_projection = attention_cost(T, D, d, r)._replace(
-        projections=T * D * (d + r)
-    )
-    assert counted != forgot_a_projection
-
-
 def test_quadratic_terms_scale_with_T_squared():
     c1, c2 = attention_cost(100, 64, 16, 16), attention_cost(200, 64, 16, 16)
     assert (
@@ -92,7 +72,7 @@ def test_counted_reference_rejects_batches_and_bad_shapes():
     h = random_head(seed=0, T=3, D=4, d=2, r=2)
     with pytest.raises(ValueError, match=r"2-D X \(T, D\), got shape \(2, 3, 4\)"):
         counted_head_forward(np.stack([h.X, h.X]), h.W_Q, h.W_K, h.W_V)
-    with pytest.raises(ValueError, match=r"W_Q must have one row per input feature"):
+    with pytest.raises(ValueError, match=r"W_Q must have shape \(D, d\) with D=4"):
         counted_head_forward(h.X, h.W_Q.T, h.W_K, h.W_V)
 
 
@@ -150,21 +130,6 @@ def test_attention_flops_grow_linearly_with_T_per_token():
     one, nine = model_flops_per_token(config, 1), model_flops_per_token(config, 9)
     assert nine.matmul == one.matmul and nine.attention == 9 * one.attention
     assert one.attention == 4 * config.layers * config.D
-
-
-def test_a_formula_that_forgets_A_V_or_the_unembedding_disagrees_with_the_count():
-    # fault controls of the comparison: each plausible slip changes the number
-    config = ModelConfig(**CONFIGS[0])
-    params = init_model(config)
-    _, saved = model_forward(params, np.zeros((2, 5), dtype=int), config=config)
-    counted = counted_model_flops(params, saved)
-    D, L, n = config.D, config.layers, config.n_vocab
-    right = model_flops_per_token(config, T=5)
-    assert counted != right._replace(attention=2 * L * 5 * D)  # only Q K^T counted
-    assert counted != right._replace(attention=right.attention // 2)  # causal half
-    assert counted != right._replace(matmul=right.matmul - 2 * D * n)  # no unembedding
-    halves = ModelFlops(right.matmul // 2, right.attention // 2)
-    assert counted != halves  # multiply-adds, not FLOPs
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def test_example1_forward_values():
 def test_example1_backward_values():
     ex = example1()
     Q, K, V = project(ex.X, ex.W_Q, ex.W_K, ex.W_V)
-    dQ, dK, dV = attention_backward(Q, K, V, ex.G)
+    dQ, dK, dV = attention_backward(attention_forward(Q, K, V)[1], ex.G)
     dS = np.array([[3 / 8, -3 / 8], [-3 / 2, 3 / 2]])
     assert_allclose(dV, [[0.75, 0.5], [0.25, 1.5]], rtol=TIGHT, atol=TIGHT)
     assert_allclose(dQ, dS / math.sqrt(2), rtol=TIGHT, atol=TIGHT)
@@ -61,11 +61,11 @@ def test_example2_identical_keys():
     ex = example2()
     Q, K, V = project(ex.X, ex.W_Q, ex.W_K, ex.W_V)
     assert (K == 1.0).all()
-    O, A = attention_forward(Q, K, V)
-    assert (A == 0.5).all()
+    O, saved = attention_forward(Q, K, V)
+    assert (saved.A == 0.5).all()
     assert (O == np.array([[1.0, 2.0], [1.0, 2.0]])).all()
     assert probe_objective(O, ex.G) == 5.0
-    dQ, dK, _ = attention_backward(Q, K, V, ex.G)
+    dQ, dK, _ = attention_backward(saved, ex.G)
     assert (dQ == 0.0).all()  # exactly
     assert_allclose(
         dK, [[LN3 / 2, -math.log(9)], [-LN3 / 2, math.log(9)]], rtol=TIGHT, atol=TIGHT

@@ -92,25 +92,15 @@ def test_every_stated_verdict_holds(module, fault, check, expected):
             check.run(fault.function)
     else:
         assert check.run(fault.function) is None  # blind: the fault passes this check
-    HELD[(module.__name__, fault.name, check.name)] = expected
 
 
-#: (faults module, fault, check) -> caught, for every verdict seen to hold in this
-#: process; the table tests below print them instead of running every pair again.
-HELD = {}
-
-
-def held_verdicts(module):
-    """``faults.verdicts(module.FAULTS, module.CHECKS)``, taken from HELD when every
-    stated pair of ``module`` is there (pytest-xdist --dist loadfile runs this file in
-    one process), else run."""
-    rows = [(fault.name, name, expected, HELD.get((module.__name__, fault.name, name)))
-            for fault in module.FAULTS
+def stated_verdicts(module):
+    """The rows of ``faults.verdicts`` as the registry states them: (fault, check,
+    stated, caught) with caught == stated, which test_every_stated_verdict_holds
+    proves."""
+    return [(fault.name, name, expected, expected) for fault in module.FAULTS
             for names, expected in ((fault.caught_by, True), (fault.blind, False))
             for name in names]
-    if any(caught is None for *_, caught in rows):
-        return faults.verdicts(module.FAULTS, module.CHECKS)
-    return rows
 
 
 @pytest.mark.parametrize("module, check", list(all_checks()))
@@ -193,8 +183,8 @@ def test_every_fault_has_the_signature_of_the_function_it_imitates(module):
 
 @pytest.mark.parametrize("module", MODULES, ids=short)
 def test_the_table_lists_every_verdict_in_lines_of_at_most_88_characters(module):
-    rows = held_verdicts(module)
-    # held verdicts are those a fresh run gives (shown on a quick module)
+    rows = stated_verdicts(module)
+    # the stated verdicts are those a fresh run gives (shown on a quick module)
     if module is fa:
         assert rows == faults.verdicts(module.FAULTS, module.CHECKS)
     lines = faults.table(module.FAULTS, module.CHECKS, rows=rows).splitlines()
@@ -300,15 +290,15 @@ def qkv(seed=0, **sizes):
 def test_missing_transpose_in_scores_is_exactly_invisible_on_example1():
     ex = example1()  # the reason the transpose check exists: K = I is symmetric
     Q, K, V = project(ex.X, ex.W_Q, ex.W_K, ex.W_V)
-    assert_allclose(fa.attention_forward_missing_transpose(Q, K, V)[1],
-                    attention_forward(Q, K, V)[1], rtol=0, atol=0)
+    assert_allclose(fa.attention_forward_missing_transpose(Q, K, V)[1].A,
+                    attention_forward(Q, K, V)[1].A, rtol=0, atol=0)
 
 
 def test_missing_transpose_in_scores_changes_the_weights_when_K_is_not_symmetric():
     Q, K, V, _ = qkv(4, T=3, D=5, d=3, r=2)  # d == T_k, so the product runs
     assert not np.allclose(K, K.T)
-    A_bad = fa.attention_forward_missing_transpose(Q, K, V)[1]
-    assert np.abs(A_bad - attention_forward(Q, K, V)[1]).max() > 1e-3
+    A_bad = fa.attention_forward_missing_transpose(Q, K, V)[1].A
+    assert np.abs(A_bad - attention_forward(Q, K, V)[1].A).max() > 1e-3
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -324,7 +314,7 @@ def test_missing_transpose_in_dK_leaves_dQ_right(seed):
 
 def test_columnwise_normalises_the_other_axis():
     Q, K, V, _ = qkv()
-    A_bad = fa.attention_forward_columnwise(Q, K, V)[1]
+    A_bad = fa.attention_forward_columnwise(Q, K, V)[1].A
     assert_allclose(A_bad.sum(axis=-2), 1.0, rtol=TIGHT)
 
 
@@ -357,7 +347,7 @@ def test_numerator_only_differs_from_correct_by_the_row_mean(S, dA):
 
 
 def test_numerator_only_rejects_mismatched_shapes():
-    with pytest.raises(ValueError, match=r"A \(2, 3\) and dA \(3, 2\)"):
+    with pytest.raises(ValueError, match=r"^dA must have the shape of A, \(2, 3\), got \(3, 2\)$"):
         fs.softmax_backward_numerator_only(np.ones((2, 3)), np.ones((3, 2)))
 
 
@@ -367,15 +357,16 @@ def test_numerator_only_rejects_mismatched_shapes():
 def test_unscaled_forward_is_attention_with_queries_scaled_by_sqrt_d():
     ex = example1()
     Q, K, V = project(ex.X, ex.W_Q, ex.W_K, ex.W_V)
-    A_bad = fa.attention_forward_unscaled(Q, K, V)[1]
-    A_scaled_Q = attention_forward(Q * math.sqrt(2), K, V)[1]
+    A_bad = fa.attention_forward_unscaled(Q, K, V)[1].A
+    A_scaled_Q = attention_forward(Q * math.sqrt(2), K, V)[1].A
     assert_allclose(A_bad, A_scaled_Q, rtol=TIGHT, atol=TIGHT)
 
 
 def test_unscaled_backward_is_off_by_sqrt_d():
     Q, K, V, G = qkv(2)
-    dQ, dK, dV = attention_backward(Q, K, V, G)
-    bad = fa.attention_backward_unscaled(Q, K, V, G)
+    _, saved = attention_forward(Q, K, V)
+    dQ, dK, dV = attention_backward(saved, G)
+    bad = fa.attention_backward_unscaled(saved, G)
     d = Q.shape[-1]
     assert_allclose(bad[0], math.sqrt(d) * dQ, rtol=1e-12, atol=1e-14)
     assert_allclose(bad[1], math.sqrt(d) * dK, rtol=1e-12, atol=1e-14)
@@ -385,8 +376,8 @@ def test_unscaled_backward_is_off_by_sqrt_d():
 def test_unscaled_throughout_is_the_correct_backward_at_sqrt_d_times_Q():
     Q, K, V, G = qkv(5)
     c = math.sqrt(Q.shape[-1])
-    dQ, dK, dV = attention_backward(c * Q, K, V, G)
-    bads = fa.attention_backward_unscaled_throughout(Q, K, V, G)
+    dQ, dK, dV = attention_backward(attention_forward(c * Q, K, V)[1], G)
+    bads = fa.attention_backward_unscaled_throughout(attention_forward(Q, K, V)[1], G)
     for bad, good in zip(bads, (c * dQ, dK, dV)):
         assert_allclose(bad, good, rtol=1e-12, atol=1e-14)
 
@@ -395,7 +386,7 @@ def test_unscaled_throughout_rejects_a_G_of_the_wrong_shape():
     Q, K, V, G = qkv(0)
     message = r"G must have the shape of O = A V, \(5, 4\), got \(4, 5\)"
     with pytest.raises(ValueError, match=message):
-        fa.attention_backward_unscaled_throughout(Q, K, V, G.T)
+        fa.attention_backward_unscaled_throughout(attention_forward(Q, K, V)[1], G.T)
 
 
 def test_saturated_weights_hide_the_unscaled_and_transposed_backward():
@@ -417,7 +408,7 @@ def test_last_branch_dX_is_the_value_branch():
     for name in good:
         assert_allclose(bad[name], good[name], rtol=0, atol=0)
     Q, K, V = project(h.X, h.W_Q, h.W_K, h.W_V)
-    dV = attention_backward(Q, K, V, h.G)[2]
+    dV = attention_backward(attention_forward(Q, K, V)[1], h.G)[2]
     # (T, r) x (r, D) -> (T, D)
     assert_allclose(bad_dX, dV @ h.W_V.T, rtol=1e-12, atol=1e-14)
 
@@ -526,15 +517,16 @@ def test_naive_minus_inf_gives_nan_in_both_passes_and_only_for_empty_rows(batch)
     empty = ~visible.any(axis=-1)
     G = np.ones((2, T, 2))
     with np.errstate(all="ignore"):
-        O, A = fa.naive_masked_attention_forward(Q, K, V, visible)
-        dQ, dK, dV = fa.naive_masked_attention_backward(Q, K, V, G, visible)
+        O, saved = fa.naive_masked_attention_forward(Q, K, V, visible)
+        dQ, dK, dV = attention_backward(saved, G)  # the planted pair's backward
     assert_array_equal(np.isnan(O).any(axis=-1), empty)
     assert np.isnan(dK[0]).all() and np.isnan(dV[0]).all()
     assert np.isnan(dQ[empty]).all()
     # where no row is empty, the naive version agrees with the package, in both passes
     O_ok, A_ok = causal_attention(Q, K, V, key_valid=key_valid)
     assert_allclose(O[1], O_ok[1], rtol=1e-14, atol=1e-15)
-    for naive, package in zip((dQ, dK, dV), attention_backward(Q, K, V, G, visible)):
+    package_grads = attention_backward(attention_forward(Q, K, V, visible)[1], G)
+    for naive, package in zip((dQ, dK, dV), package_grads):
         assert_allclose(naive[1], package[1], rtol=1e-13, atol=1e-15)
     assert all(np.all(np.isfinite(x)) for x in (O_ok, A_ok))
     with pytest.raises(FloatingPointError, match="invalid value"):
@@ -547,22 +539,20 @@ def test_naive_minus_inf_gives_nan_in_both_passes_and_only_for_empty_rows(batch)
 def test_naive_minus_inf_equals_the_package_when_no_row_is_empty(batch):
     Q, K, V = batch
     causal = causal_mask(6, 6)
-    O, A = fa.naive_masked_attention_forward(Q, K, V, causal)
-    O_ok, A_ok = attention_forward(Q, K, V, causal)
-    assert_allclose(A, A_ok, rtol=1e-14, atol=0)
+    O, saved = fa.naive_masked_attention_forward(Q, K, V, causal)
+    O_ok, saved_ok = attention_forward(Q, K, V, causal)
+    assert_allclose(saved.A, saved_ok.A, rtol=1e-14, atol=0)
     assert_allclose(O, O_ok, rtol=1e-14, atol=1e-15)
     def naive(Q, K, V):
         return fa.naive_masked_attention_forward(Q, K, V, causal)
 
-    def naive_backward(Q, K, V, G):
-        return fa.naive_masked_attention_backward(Q, K, V, G, causal)
+    def naive_weights(Q, K, V):
+        O, saved = naive(Q, K, V)
+        return O, saved.A
 
-    def forward(Q, K, V):
-        return attention_forward(Q, K, V, causal)
-
-    assert causal_failures(naive, Q, K, V) == []
+    assert causal_failures(naive_weights, Q, K, V) == []
     G = np.random.default_rng(1).normal(size=(2, 6, 2))
-    assert qkv_gradcheck(naive_backward, Q, K, V, G, forward=forward).passed
+    assert qkv_gradcheck(attention_backward, Q, K, V, G, forward=naive).passed
 
 
 def test_no_warning_from_the_package_where_the_fault_warns(batch):

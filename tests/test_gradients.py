@@ -430,13 +430,20 @@ def test_qkv_gradcheck_takes_the_forward_it_differentiates():
     ).passed
     report = qkv_gradcheck(fa.attention_backward_unscaled_throughout, Q, K, V, G)
     assert not report.passed and failing(report) == {"Q", "K", "V"}
-    # the causal pair
+    # the causal pair: attention_backward of the forward pass under the causal mask
+    causal = attention.causal_mask(5, 5)
     assert qkv_gradcheck(
-        attention.causal_attention_backward,
+        attention.attention_backward,
         Q,
         K,
         V,
         G,
-        forward=attention.causal_attention,
+        forward=lambda Q, K, V: attention.attention_forward(Q, K, V, causal),
     ).passed
-    assert not qkv_gradcheck(attention.causal_attention_backward, Q, K, V, G).passed
+    # a backward that applies the causal mask whatever the forward pass did is the
+    # gradient of the causal forward only
+
+    def causal_backward(saved, G):
+        return attention.causal_attention_backward(saved.Q, saved.K, saved.V, G)
+
+    assert not qkv_gradcheck(causal_backward, Q, K, V, G).passed

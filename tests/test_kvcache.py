@@ -240,7 +240,8 @@ def test_decode_step_rejects_a_config_that_does_not_fit_the_params(model):
     params, config = model
     _, cache = prefill(params, token_ids((3,)), config=config)
     other = dataclasses.replace(config, D=8, heads=2)
-    with pytest.raises(ValueError, match=r"E must have shape \(11, 8\)"):
+    message = r"embed.E has shape \(11, 12\), the config needs \(11, 8\)"
+    with pytest.raises(ValueError, match=message):
         decode_step(params, cache, np.array(1), config=other)
     with pytest.raises(ValueError, match="config must be a ModelConfig"):
         decode_step(params, cache, np.array(1), config=None)
@@ -366,13 +367,69 @@ def test_incremental_attention_broadcasts_a_batch_held_by_the_keys_alone():
     rng = np.random.default_rng(8)
     T_q, T_k, d, r, offset = 3, 5, 4, 2, 2
     Q, K = rng.normal(size=(T_q, d)), rng.normal(size=(2, T_k, d))
-    V, dO = rng.normal(size=(T_k, r)), rng.normal(size=(2, T_q, r))
+    V, G = rng.normal(size=(T_k, r)), rng.normal(size=(2, T_q, r))
     O, A = incremental_attention(Q, K, V, offset)
     O_ref, A_ref = causal_attention(Q, K, V, offset)
     assert O.shape == (2, T_q, r) and A.shape == (2, T_q, T_k)
     assert_allclose(O, O_ref, rtol=0, atol=ATOL)
     assert_allclose(A, A_ref, rtol=0, atol=ATOL)
-    for got, want in zip(incremental_attention_backward(Q, K, V, dO, offset),
-                         causal_attention_backward(Q, K, V, dO, offset)):
+    for got, want in zip(incremental_attention_backward(Q, K, V, G, offset),
+                         causal_attention_backward(Q, K, V, G, offset)):
         assert got.shape == want.shape
         assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("inputs", [np.float64, np.float32])
+def test_incremental_attention_backward_takes_a_float32_G_as_the_reference_does(inputs):
+    # G in float32 (a float32 model's upstream gradient): the gradients are the
+    # reference's, in the reference's dtype -- float32 only if Q, K, V are float32 too
+    rng = np.random.default_rng(9)
+    T_q, T_k, d, r, offset = 3, 5, 4, 2, 2
+    Q, K, V = (rng.normal(size=(2, n, w)).astype(inputs)
+               for n, w in ((T_q, d), (T_k, d), (T_k, r)))
+    G = rng.normal(size=(2, T_q, r)).astype(np.float32)
+    eps = np.finfo(np.result_type(inputs, np.float32)).eps
+    for got, want in zip(incremental_attention_backward(Q, K, V, G, offset),
+                         causal_attention_backward(Q, K, V, G, offset)):
+        assert got.dtype == want.dtype == np.result_type(inputs, np.float32)
+        assert_allclose(got, want, rtol=0, atol=64 * eps)
+    with pytest.raises(ValueError, match=r"G must have the shape of the output, "
+                                         r"\(2, 3, 2\), got \(2, 3, 3\)"):
+        incremental_attention_backward(Q, K, V, G[..., [0, 1, 1]], offset)
+    with pytest.raises(ValueError, match=r"^G must be an array of numbers"):
+        incremental_attention_backward(Q, K, V, np.full((2, T_q, r), "a"), offset)
+
+
+def test_prefill_rejects_an_integer_key_valid():
+    # 0/1 integers are not a mask: prefill (the model's forward pass) refuses them, as
+    # it refuses floats, rather than reading 1 as True
+    params, config = spread_params(CONFIG, seed=3), CONFIG
+    ids = token_ids((2, 3))
+    key_valid = np.array([[0, 1, 1], [1, 1, 1]])
+    with pytest.raises(ValueError, match=r"key_valid must be a boolean array of the "
+                                         r"shape of ids, \(2, 3\), got int64"):
+        prefill(params, ids, config=config, key_valid=key_valid)
+    logits, cache = prefill(params, ids, config=config, key_valid=key_valid == 1)
+    assert cache.key_valid.dtype == np.bool_
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_the_blocks_own_layers_with_past_give_the_last_rows_of_the_whole_pass(model, t):
+    # decode_step's path: block_forward reading the cached keys and values (past) with
+    # its queries at query_offset = t equals the rows t.. of block_forward on everything
+    from attncourse.layers.block import block_forward
+    params, config = model
+    block = params["blocks"][0]
+    X = np.random.default_rng(5).normal(size=(2, t + 2, config.D))
+    kw = dict(heads=config.heads, eps=config.eps, approximate=config.approximate_gelu)
+    Y_all, saved_all = block_forward(block, X, **kw)
+    K_all, V_all = saved_all["attn"]["K"], saved_all["attn"]["V"]
+    past = BlockCache(K_all[..., :t, :], V_all[..., :t, :])
+    Y, saved = block_forward(block, X[:, t:], past=past, query_offset=t, **kw)
+    assert_allclose(Y, Y_all[:, t:], rtol=0, atol=ATOL)
+    assert_allclose(saved["attn"]["K"], saved_all["attn"]["K"], rtol=0, atol=ATOL)
+    assert_allclose(saved["attn"]["V"], saved_all["attn"]["V"], rtol=0, atol=ATOL)
+    assert saved["attn"]["A"].shape == (2, config.heads, 2, t + 2)
+    with pytest.raises(ValueError, match=rf"query_offset={t + 1} puts the 2 queries"):
+        block_forward(block, X[:, t:], past=past, query_offset=t + 1, **kw)
+

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
 from attncourse.layers.attention import (
+    QKV,
+    AttentionSaved,
     _unbroadcast,
     attention_backward,
     attention_forward,
     attention_scores,
-    backward_from_weights,
     causal_attention,
     causal_attention_backward,
     causal_mask,
@@ -28,8 +29,8 @@ from attncourse.layers.attention import (
     combine_masks,
     key_padding_mask,
     key_valid_from_lengths,
-    validate_qkv,
 )
+from attncourse._validate import shaped
 from attncourse.kit.gradients import gradcheck, qkv_gradcheck
 from strategies import matrices, sizes
 
@@ -46,6 +47,17 @@ def random_qkv(rng, batch=(), T_q=4, T_k=5, d=3, r=2, scale=1.0):
 def probe(G, visible=None):
     """The objective J = sum(O * G), whose gradient with respect to O is G."""
     return lambda Q, K, V: float(np.sum(attention_forward(Q, K, V, visible)[0] * G))
+
+
+def weights(Q, K, V, visible=None):
+    """``O, A``: the output of attention_forward and the weights it saved."""
+    O, saved = attention_forward(Q, K, V, visible)
+    return O, saved.A
+
+
+def backward(Q, K, V, G, visible=None):
+    """The pair in one call: attention_backward of attention_forward's saved."""
+    return attention_backward(attention_forward(Q, K, V, visible)[1], G)
 
 
 def combined(T, key_valid):
@@ -65,7 +77,7 @@ def test_scores_use_the_transpose():
 def test_forward_matches_the_definition_elementwise():
     rng = np.random.default_rng(0)
     Q, K, V = random_qkv(rng)
-    O, A = attention_forward(Q, K, V)
+    O, A = weights(Q, K, V)
     d = Q.shape[1]
     S = np.array(
         [
@@ -95,11 +107,11 @@ def test_a_visible_mask_hides_keys_exactly():
             [True, True, True, True],
         ]
     )
-    O, A = attention_forward(Q, K, V, visible)
+    O, A = weights(Q, K, V, visible)
     assert np.all(A[~visible] == 0.0)
     # a row with nothing visible reads nothing
     assert np.all(A[1] == 0.0) and np.all(O[1] == 0.0)
-    O_02, A_02 = attention_forward(Q[:1], K[[0, 2]], V[[0, 2]])
+    O_02, A_02 = weights(Q[:1], K[[0, 2]], V[[0, 2]])
     assert_allclose(A[0, [0, 2]], A_02[0], rtol=1e-14)
     assert_allclose(O[0], O_02[0], rtol=1e-14)
 
@@ -108,12 +120,12 @@ def test_batched_equals_one_at_a_time():
     rng = np.random.default_rng(1)
     Q, K, V = random_qkv(rng, batch=(2, 3))
     G = rng.normal(size=(2, 3, 4, 2))
-    O, A = attention_forward(Q, K, V)
-    grads = attention_backward(Q, K, V, G)
+    O, A = weights(Q, K, V)
+    grads = backward(Q, K, V, G)
     for b in np.ndindex(2, 3):
-        O_b, A_b = attention_forward(Q[b], K[b], V[b])
+        O_b, A_b = weights(Q[b], K[b], V[b])
         assert_allclose(O[b], O_b, rtol=1e-14)
-        for batched, single in zip(grads, attention_backward(Q[b], K[b], V[b], G[b])):
+        for batched, single in zip(grads, backward(Q[b], K[b], V[b], G[b])):
             assert_allclose(batched[b], single, rtol=1e-13, atol=1e-15)
 
 
@@ -125,7 +137,7 @@ def test_broadcast_batch_gradients_are_summed_back():
     Q = rng.normal(size=(4, 3))  # shared by both batch entries
     K, V = rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 5, 2))
     G = rng.normal(size=(2, 4, 2))
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    dQ, dK, dV = backward(Q, K, V, G)
     assert dQ.shape == Q.shape and dK.shape == K.shape and dV.shape == V.shape
     report = gradcheck(probe(G), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV})
     assert report.passed, report
@@ -137,11 +149,11 @@ def test_size_one_batch_axes_are_summed_back_with_keepdims():
     Q = rng.normal(size=(1, 4, 3))
     K, V = rng.normal(size=(2, 5, 3)), rng.normal(size=(1, 5, 2))
     G = rng.normal(size=(2, 4, 2))
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    dQ, dK, dV = backward(Q, K, V, G)
     assert dQ.shape == (1, 4, 3) and dK.shape == (2, 5, 3) and dV.shape == (1, 5, 2)
     report = gradcheck(probe(G), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV})
     assert report.passed, report
-    per_batch = [attention_backward(Q[0], K[b], V[0], G[b]) for b in range(2)]
+    per_batch = [backward(Q[0], K[b], V[0], G[b]) for b in range(2)]
     assert_allclose(dQ[0], per_batch[0][0] + per_batch[1][0], rtol=1e-13, atol=1e-15)
     assert_allclose(dV[0], per_batch[0][2] + per_batch[1][2], rtol=1e-13, atol=1e-15)
 
@@ -152,7 +164,7 @@ def test_size_one_axes_inside_the_batch_and_missing_axes_together():
     K = rng.normal(size=(3, 4, 2))  # batch (3,): one axis missing
     V = rng.normal(size=(1, 3, 4, 5))  # batch (1, 3)
     G = rng.normal(size=(2, 3, 3, 5))
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    dQ, dK, dV = backward(Q, K, V, G)
     assert (dQ.shape, dK.shape, dV.shape) == (Q.shape, K.shape, V.shape)
     report = gradcheck(probe(G), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV})
     assert report.passed, report
@@ -173,7 +185,7 @@ def test_gradients_match_finite_differences_on_unequal_sizes():
     rng = np.random.default_rng(3)
     Q, K, V = random_qkv(rng, batch=(2,), T_q=3, T_k=5, d=4, r=2)
     G = rng.normal(size=(2, 3, 2))
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    dQ, dK, dV = backward(Q, K, V, G)
     report = gradcheck(probe(G), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV})
     assert report.passed, report
     assert qkv_gradcheck(attention_backward, Q, K, V, G).passed
@@ -185,7 +197,7 @@ def test_gradients_with_a_mask_match_finite_differences():
     key_valid = key_valid_from_lengths([2, 4], 4, side="left")
     visible = combined(4, key_valid)
     G = rng.normal(size=(2, 4, 2))
-    dQ, dK, dV = attention_backward(Q, K, V, G, visible)
+    dQ, dK, dV = backward(Q, K, V, G, visible)
     report = gradcheck(
         probe(G, visible), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV}
     )
@@ -198,7 +210,7 @@ def test_gradcheck_catches_a_dropped_scale():
     rng = np.random.default_rng(3)
     Q, K, V = random_qkv(rng, T_q=3, T_k=5, d=4, r=2)
     G = rng.normal(size=(3, 2))
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    dQ, dK, dV = backward(Q, K, V, G)
     wrong = {"Q": dQ * 2.0, "K": dK * 2.0, "V": dV}  # sqrt(4) = 2
     assert not gradcheck(probe(G), {"Q": Q, "K": K, "V": V}, wrong).passed
 
@@ -210,23 +222,23 @@ def test_gradients_match_finite_differences_property(data, T_q, T_k, d, r, B):
     K = data.draw(matrices((B, T_k, d), scale=1.0))
     V = data.draw(matrices((B, T_k, r), scale=1.0))
     G = data.draw(matrices((B, T_q, r), scale=1.0))
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    dQ, dK, dV = backward(Q, K, V, G)
     report = gradcheck(probe(G), {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV})
     assert report.passed, report
 
 
-def test_backward_from_weights_is_the_backward_pass_without_checks():
+def test_the_forward_saves_its_inputs_and_weights_and_the_backward_reads_them():
     rng = np.random.default_rng(14)
     Q, K, V = random_qkv(rng, batch=(2,), T_q=3, T_k=5, d=4, r=2)
     G = rng.normal(size=(2, 3, 2))
     visible = causal_mask(3, 5)
-    _, A = attention_forward(Q, K, V, visible)
-    for mine, reference in zip(
-        backward_from_weights(Q, K, V, A, G), attention_backward(Q, K, V, G, visible)
-    ):
-        assert_array_equal(mine, reference)
+    O, saved = attention_forward(Q, K, V, visible)
+    assert isinstance(saved, AttentionSaved) and saved._fields == ("Q", "K", "V", "A")
+    assert saved.Q is Q and saved.K is K and saved.V is V  # float input, kept
+    A = saved.A
+    assert_array_equal(O, A @ V)  # (2, 3, 5) x (2, 5, 2)
     # the formulas themselves, one at a time
-    dQ, dK, dV = backward_from_weights(Q, K, V, A, G)
+    dQ, dK, dV = attention_backward(saved, G)
     dA = G @ np.swapaxes(V, -1, -2)  # (2, 3, 2) x (2, 2, 5) -> (2, 3, 5)
     dS = A * (dA - np.sum(A * dA, axis=-1, keepdims=True))
     assert_allclose(dV, np.swapaxes(A, -1, -2) @ G, rtol=1e-14)  # (2, 5, 3) x (2, 3, 2)
@@ -234,12 +246,22 @@ def test_backward_from_weights_is_the_backward_pass_without_checks():
     assert_allclose(dQ, dS @ K / 2.0, rtol=1e-13, atol=1e-16)
     assert_allclose(dK, np.swapaxes(dS, -1, -2) @ Q / 2.0, rtol=1e-13, atol=1e-16)
     assert np.all(dK[:, 3:] == 0.0) and np.all(dV[:, 3:] == 0.0)  # keys no query sees
+    # it reads the saved weights: it does not recompute the forward pass
+    uniform = saved._replace(A=np.full_like(A, 0.2))
+    assert_allclose(attention_backward(uniform, G)[2],
+                    np.swapaxes(uniform.A, -1, -2) @ G, rtol=1e-14)
+
+
+def test_integer_input_is_saved_as_float():
+    O, saved = attention_forward([[1, 0]], [[1, 0], [0, 1]], [[1], [2]])
+    assert all(x.dtype == np.float64 for x in saved)
+    assert O.dtype == np.float64
 
 
 @given(st.data(), sizes, sizes, sizes, sizes)
 def test_rows_sum_to_one_and_output_is_in_the_convex_hull(data, T_q, T_k, d, r):
     Q, K, V = (data.draw(matrices(s)) for s in ((T_q, d), (T_k, d), (T_k, r)))
-    O, A = attention_forward(Q, K, V)
+    O, A = weights(Q, K, V)
     assert np.all(A >= 0)
     assert_allclose(A.sum(axis=-1), 1.0, atol=T_k * EPS)
     tol = 8 * EPS * max(1.0, np.abs(V).max())
@@ -250,8 +272,8 @@ def test_rows_sum_to_one_and_output_is_in_the_convex_hull(data, T_q, T_k, d, r):
 def test_permuting_keys_and_values_together_changes_nothing(data, T_q, T_k, d, r):
     Q, K, V = (data.draw(matrices(s)) for s in ((T_q, d), (T_k, d), (T_k, r)))
     perm = data.draw(st.permutations(range(T_k)))
-    O, A = attention_forward(Q, K, V)
-    O_p, A_p = attention_forward(Q, K[perm], V[perm])
+    O, A = weights(Q, K, V)
+    O_p, A_p = weights(Q, K[perm], V[perm])
     assert_allclose(O_p, O, rtol=1e-12, atol=1e-12)
     assert_allclose(A_p, A[:, perm], rtol=1e-12, atol=1e-15)
 
@@ -272,7 +294,7 @@ def test_identical_keys_give_zero_query_gradient():
     rng = np.random.default_rng(4)
     Q, _, V = random_qkv(rng, T_q=3, T_k=4)
     K = np.tile(rng.normal(size=(1, 3)), (4, 1))
-    dQ, dK, _ = attention_backward(Q, K, V, rng.normal(size=(3, 2)))
+    dQ, dK, _ = backward(Q, K, V, rng.normal(size=(3, 2)))
     assert_allclose(dQ, 0.0, atol=1e-15)
     assert np.abs(dK).max() > 1e-3
 
@@ -282,8 +304,8 @@ def test_extreme_scores_are_finite():
     K = np.array([[100.0, 0.0], [0.0, 0.0]])
     V = np.array([[1.0, 2.0], [3.0, 4.0]])
     with np.errstate(over="raise", invalid="raise", divide="raise"):
-        O, A = attention_forward(Q, K, V)  # scores reach +-1e4 / sqrt(2)
-        grads = attention_backward(Q, K, V, np.ones((2, 2)))
+        O, A = weights(Q, K, V)  # scores reach +-1e4 / sqrt(2)
+        grads = backward(Q, K, V, np.ones((2, 2)))
     assert np.all(np.isfinite(O)) and all(np.all(np.isfinite(g)) for g in grads)
     assert_allclose(A, [[1.0, 0.0], [0.0, 1.0]])
 
@@ -296,70 +318,78 @@ def test_extreme_scores_are_finite():
     [
         (
             ((3, 2), (4, 5), (4, 1)),
-            r"share the key width d: Q has shape \(3, 2\) \(d=2\), K has shape \(4, "
-            r"5\) \(d=5\)",
+            r"^K must have shape \(\.\.\., T_k, d\) with d=2 \(as in Q\), got shape "
+            r"\(4, 5\)$",
         ),
         (
             ((3, 2), (4, 2), (5, 1)),
-            r"K has shape \(4, 2\) \(4 keys\), V has shape \(5, 1\) \(5 values\)",
+            r"^V must have shape \(\.\.\., T_k, r\) with T_k=4 \(as in K\), got shape "
+            r"\(5, 1\)$",
         ),
-        (((2,), (4, 2), (4, 1)), r"Q must be at least 2-D .* got shape \(2,\)"),
-        (((3, 2), (2,), (4, 1)), r"K must be at least 2-D .* got shape \(2,\)"),
-        (((3, 2), (4, 2), (4,)), r"V must be at least 2-D .* got shape \(4,\)"),
+        (((2,), (4, 2), (4, 1)), r"^Q must have shape \(\.\.\., T_q, d\), got shape "
+                                 r"\(2,\)$"),
+        (((3, 2), (2,), (4, 1)), r"^K must have shape .* got shape \(2,\)$"),
+        (((3, 2), (4, 2), (4,)), r"^V must have shape .* got shape \(4,\)$"),
         (
             ((2, 3, 2), (3, 4, 2), (3, 4, 1)),
-            r"batch dimensions do not broadcast: Q \(2, 3, 2\), K \(3, 4, 2\)",
+            r"^leading batch dimensions do not broadcast: Q \(2,\), K \(3,\), "
+            r"V \(3,\)$",
         ),
         (
             ((2, 3, 2), (2, 4, 2), (3, 4, 1)),
-            r"batch dimensions do not broadcast: .*V \(3, 4, 1\)",
+            r"batch dimensions do not broadcast: .*V \(3,\)$",
         ),
     ],
 )
 def test_bad_shapes_are_named(shapes, message):
     Q, K, V = (np.ones(s) for s in shapes)
     with pytest.raises(ValueError, match=message):
-        validate_qkv(Q, K, V)
+        shaped(QKV, Q, K, V)
     with pytest.raises(ValueError, match=message):
         attention_forward(Q, K, V)
     with pytest.raises(ValueError, match=message):
-        attention_backward(Q, K, V, np.ones((3, 1)))
+        causal_attention(Q, K, V)
+    with pytest.raises(ValueError, match=message):
+        causal_attention_backward(Q, K, V, np.ones((3, 1)))
 
 
 @pytest.mark.parametrize("bad", ["Q", "K", "V"])
-def test_validate_qkv_names_an_input_that_is_not_numbers(bad):
+def test_an_input_that_is_not_numbers_is_named(bad):
     inputs = {"Q": np.ones((1, 2)), "K": np.ones((1, 2)), "V": np.ones((1, 1))}
     inputs[bad] = [["a"]] if bad == "V" else [["a", "b"]]
     with pytest.raises(
         ValueError, match=rf"^{bad} must be an array of numbers, got dtype <U1$"
     ):
-        validate_qkv(*inputs.values())
-
-
-def test_validate_qkv_returns_float_arrays():
-    Q, K, V = validate_qkv([[1, 2]], [[3, 4]], [[5]])
-    assert Q.dtype == K.dtype == V.dtype == np.float64
-    assert_array_equal(K, [[3.0, 4.0]])
+        attention_forward(*inputs.values())
 
 
 def test_a_mismatched_d_names_the_last_axis_of_batched_inputs():
     with pytest.raises(
         ValueError,
-        match=r"Q has shape \(2, 3, 2\) \(d=2\), K has shape \(2, 4, 5\) \(d=5\)$",
+        match=r"K must have shape \(\.\.\., T_k, d\) with d=2 \(as in Q\), got shape "
+        r"\(2, 4, 5\)$",
     ):
-        validate_qkv(np.ones((2, 3, 2)), np.ones((2, 4, 5)), np.ones((2, 4, 1)))
+        attention_forward(np.ones((2, 3, 2)), np.ones((2, 4, 5)), np.ones((2, 4, 1)))
 
 
 def test_upstream_gradient_must_match_the_output():
     Q, K, V = random_qkv(np.random.default_rng(5))
+    _, saved = attention_forward(Q, K, V)
     with pytest.raises(
         ValueError, match=r"G must have the shape of O = A V, \(4, 2\), got \(2, 4\)"
     ):
-        attention_backward(Q, K, V, np.ones((2, 4)))
+        attention_backward(saved, np.ones((2, 4)))
+    with pytest.raises(
+        ValueError, match=r"G must have the shape of O = A V, \(4, 2\), got \(3, 4, 2\)"
+    ):
+        attention_backward(saved, np.ones((3, 4, 2)))  # a batch O does not have
     with pytest.raises(
         ValueError, match=r"^G must be an array of numbers, got dtype <U1$"
     ):
-        attention_backward(Q, K, V, np.full((4, 2), "a"))
+        attention_backward(saved, np.full((4, 2), "a"))
+    with pytest.raises(ValueError, match=r"^G must have shape \(\.\.\., T_q, r\), got "
+                                         r"shape \(2,\)$"):
+        attention_backward(saved, np.ones(2))
 
 
 def test_the_query_offset_places_the_queries_after_the_prefix():
@@ -372,11 +402,11 @@ def test_the_query_offset_places_the_queries_after_the_prefix():
     assert_allclose(O, O_full[3:], rtol=1e-13, atol=1e-15)
     assert_array_equal(A == 0, A_full[3:] == 0)
     assert_allclose(A, A_full[3:], rtol=1e-13, atol=1e-15)
-    dO = rng.normal(size=O.shape)
-    dO_full = np.concatenate([np.zeros((3, O.shape[-1])), dO])
+    G = rng.normal(size=O.shape)
+    G_full = np.concatenate([np.zeros((3, O.shape[-1])), G])
     for got, want in zip(
-        causal_attention_backward(Q_full[3:], K, V, dO, query_offset=3),
-        causal_attention_backward(Q_full, K, V, dO_full),
+        causal_attention_backward(Q_full[3:], K, V, G, query_offset=3),
+        causal_attention_backward(Q_full, K, V, G_full),
     ):
         want = want[3:] if got.shape[0] == 2 else want
         assert_allclose(got, want, rtol=1e-12, atol=1e-14)
@@ -559,13 +589,13 @@ def test_causal_visible_is_the_causal_mask_and_the_key_padding_mask_combined():
     assert_array_equal(causal_visible(Q, K, V), causal_mask(6, 6))
     assert_array_equal(causal_visible(Q, K, V, 0, key_valid), combined(6, key_valid))
     O, A = causal_attention(Q, K, V, key_valid=key_valid)
-    O_ref, A_ref = attention_forward(Q, K, V, visible=combined(6, key_valid))
+    O_ref, A_ref = weights(Q, K, V, visible=combined(6, key_valid))
     assert_array_equal(O, O_ref)
     assert_array_equal(A, A_ref)
     G = rng.normal(size=O.shape)
     for mine, reference in zip(
         causal_attention_backward(Q, K, V, G, key_valid=key_valid),
-        attention_backward(Q, K, V, G, combined(6, key_valid)),
+        backward(Q, K, V, G, combined(6, key_valid)),
     ):
         assert_array_equal(mine, reference)
 

@@ -112,7 +112,9 @@ def test_bad_input():
             r"\[4, 9\]",
     ):
         embedding_forward(params, [0, 4, 9])
-    with pytest.raises(ValueError, match=r"E must be 2-D, got shape \(4,\)"):
+    with pytest.raises(
+        ValueError, match=r"^E must have shape \(n_vocab, D\), got shape \(4,\)$"
+    ):
         embedding_forward({"E": np.zeros(4)}, [0])
     with pytest.raises(ValueError, match="ids must be integers, got dtype float64"):
         embedding_forward(params, np.array([0.0]))
@@ -124,8 +126,7 @@ def test_bad_input():
     _, saved = embedding_forward(params, np.zeros((2, 3), dtype=int))
     with pytest.raises(
         ValueError,
-        match=r"dX must have shape ids.shape \+ \(D,\) = \(2, 3, 3\), got dX of shape "
-            r"\(3, 2, 3\)",
+        match=r"^dX must have the shape of X = E\[ids\], \(2, 3, 3\), got \(3, 2, 3\)$",
     ):
         embedding_backward(params, saved, np.zeros((3, 2, 3)))
     with pytest.raises(ValueError, match=r"out of range.*\[-1\]"):

@@ -8,14 +8,16 @@ from hypothesis import strategies as st
 from numpy.testing import assert_allclose
 
 from attncourse.kit.faults.head import head_backward_last_branch
-from attncourse.layers.attention import attention_backward, attention_forward
+from attncourse.layers.attention import (AttentionSaved, attention_backward,
+                                         attention_forward)
 from attncourse.layers.head import (
     PARAMETER_NAMES,
+    PROJECTIONS,
     head_backward,
     head_forward,
     project,
-    validate_projections,
 )
+from attncourse._validate import shaped
 from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
@@ -43,12 +45,12 @@ def test_projections_and_forward():
     Q, K, V = project(X, params["W_Q"], params["W_K"], params["W_V"])
     assert (Q.shape, K.shape, V.shape) == ((T, d), (T, d), (T, r))
     O, saved = head_forward(params, X)
-    O_ref, A_ref = attention_forward(
+    O_ref, saved_ref = attention_forward(
         X @ params["W_Q"], X @ params["W_K"], X @ params["W_V"]
     )
     assert_allclose(O, O_ref, rtol=1e-15)
     assert set(saved) == {"X", "Q", "K", "V", "A"}
-    assert_allclose(saved["A"], A_ref, rtol=1e-15)
+    assert_allclose(saved["A"], saved_ref.A, rtol=1e-15)
     for name, value in (("Q", Q), ("K", K), ("V", V), ("X", X)):
         assert_allclose(saved[name], value, rtol=0, atol=0)
     assert PARAMETER_NAMES == ("W_Q", "W_K", "W_V")
@@ -76,7 +78,8 @@ def test_finite_differences_catch_a_dX_with_one_branch(kept):
 
     def backward_one_branch(params, saved, G):
         dparams, _ = head_backward(params, saved, G)
-        dQ, dK, dV = attention_backward(saved["Q"], saved["K"], saved["V"], G)
+        attention = AttentionSaved(*(saved[n] for n in AttentionSaved._fields))
+        dQ, dK, dV = attention_backward(attention, G)
         branch = {
             "Q": dQ @ params["W_Q"].T,
             "K": dK @ params["W_K"].T,
@@ -122,15 +125,17 @@ def test_gradients_property(data, T_, D_, d_, r_):
     [
         (
             ((T, D), (D + 1, d), (D, d), (D, r)),
-            r"W_Q must have one row per input feature: X has shape \(5, 4\) \(D=4\), "
-            r"W_Q has shape \(5, 3\)",
+            r"^W_Q must have shape \(D, d\) with D=4 \(as in X\), got shape \(5, 3\)$",
         ),
         (
             ((T, D), (D, d), (D, d + 1), (D, r)),
-            r"W_Q and W_K must share the key width d: W_Q \(4, 3\), W_K \(4, 4\)",
+            r"^W_K must have shape \(D, d\) with d=3 \(as in W_Q\), got shape "
+            r"\(4, 4\)$",
         ),
-        (((T, D), (D, d), (D, d), (D,)), r"W_V must be 2-D, got shape \(4,\)"),
-        (((D,), (D, d), (D, d), (D, r)), r"X must be at least 2-D, got shape \(4,\)"),
+        (((T, D), (D, d), (D, d), (D,)), r"^W_V must have shape \(D, r\), got shape "
+                                         r"\(4,\)$"),
+        (((D,), (D, d), (D, d), (D, r)), r"^X must have shape \(\.\.\., T, D\), got "
+                                         r"shape \(4,\)$"),
     ],
 )
 def test_bad_shapes_are_named(shapes, message):
@@ -139,7 +144,7 @@ def test_bad_shapes_are_named(shapes, message):
     with pytest.raises(ValueError, match=message):
         head_forward(params, X)
     with pytest.raises(ValueError, match=message):
-        validate_projections(X, W_Q, W_K, W_V)
+        shaped(PROJECTIONS, X, W_Q, W_K, W_V)
     # the backward checks the parameters it is given against the saved input
     good = {"W_Q": np.ones((D, d)), "W_K": np.ones((D, d)), "W_V": np.ones((D, r))}
     _, saved = head_forward(good, np.ones((T, D)))

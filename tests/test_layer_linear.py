@@ -142,20 +142,27 @@ def test_transposed_weight_gradient_is_caught():
 def test_bad_input():
     with pytest.raises(
         ValueError,
-        match=r"W must have one row per feature of X: X has shape \(4, 3\) \(D=3\), W "
-            r"has shape \(5, 7\)",
+        match=r"^W must have shape \(D_in, D_out\) with D_in=3 \(as in X\), got shape "
+            r"\(5, 7\)$",
     ):
         linear_forward({"W": np.ones((5, 7))}, np.ones((4, 3)))
-    with pytest.raises(ValueError, match=r"W must be 2-D, got shape \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"^W must have shape \(D_in, D_out\), got shape \(3,"
+    ):
         linear_forward({"W": np.ones(3)}, np.ones((4, 3)))
-    with pytest.raises(ValueError, match=r"X must be at least 1-D, got shape \(\)"):
+    with pytest.raises(
+        ValueError, match=r"^X must have shape \(\.\.\., D_in\), got shape \(\)$"
+    ):
         linear_forward({"W": np.ones((1, 2))}, 1.0)
     with pytest.raises(
         ValueError,
-        match=r"b must have one entry per output column: W has shape \(3, 5\), b has "
-            r"shape \(3,\)",
+        match=r"^b must have shape \(D_out\) with D_out=5 \(as in W\), got shape \(3,",
     ):
         linear_forward({"W": np.ones((3, 5)), "b": np.ones(3)}, np.ones((4, 3)))
+    with pytest.raises(
+        ValueError, match=r"^b must have shape \(D_out\), got shape \(1, 5\)$"
+    ):
+        linear_forward({"W": np.ones((3, 5)), "b": np.ones((1, 5))}, np.ones((4, 3)))
     with pytest.raises(
         ValueError,
         match=r"linear params lack \['W'\]; they need \['W'\], got keys \['U'\]",

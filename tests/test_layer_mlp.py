@@ -85,15 +85,14 @@ def test_without_biases_the_gradients_have_no_bias_keys():
 @pytest.mark.parametrize("change, message", [
     (lambda p: {"up": p["up"]}, r"mlp params lack \['down'\]"),
     (lambda p: {"up": {"b": p["up"]["b"]}, "down": p["down"]},
-     r"mlp up params lack \['W'\]"),
+     r"^mlp params lack 'up.W'; they need \['up.W', 'down.W'\]$"),
     (lambda p: {**p, "up": {"W": p["up"]["W"][:-1]}},
-     r"up.W must have one row per feature of X: X has shape \(2, 4, 5\), "
-     r"up.W has shape \(4, 15\)"),
+     r"^W_up must have shape \(D, F\) with D=5 \(as in X\), got shape \(4, 15\)$"),
     (lambda p: {**p, "down": {"W": p["down"]["W"][:-1]}},
-     r"down.W must have one row per hidden unit: up.W has shape \(5, 15\), "
-     r"down.W has shape \(14, 5\)"),
+     r"^W_down must have shape \(F, D\) with F=15 \(as in W_up\), "
+     r"got shape \(14, 5\)$"),
     (lambda p: {**p, "up": {"W": p["up"]["W"][0]}},
-     r"up.W must be 2-D, got shape \(15,\)"),
+     r"^W_up must have shape \(D, F\), got shape \(15,\)$"),
 ])
 def test_bad_parameters_are_named(change, message):
     params, X = case(6)
@@ -138,11 +137,11 @@ def test_a_single_row_is_a_position_of_its_own():
         ),
         (
             lambda p, X: mlp_forward({"up": p["up"], "down": {"b": p["down"]["b"]}}, X),
-            r"^mlp down params lack \['W'\]",
+            r"^mlp params lack 'down.W'; they need \['up.W', 'down.W'\]$",
         ),
         (
             lambda p, X: mlp_forward({**p, "down": {"W": p["down"]["W"][:, 0]}}, X),
-            r"^down.W must be 2-D, got shape \(15,\)",
+            r"^W_down must have shape \(F, D\), got shape \(15,\)$",
         ),
         (
             lambda p, X: mlp_forward(p, np.full(X.shape, "a")),
@@ -150,7 +149,7 @@ def test_a_single_row_is_a_position_of_its_own():
         ),
         (
             lambda p, X: mlp_forward(p, np.array(1.0)),
-            r"^X must be at least 1-D, got shape \(\)",
+            r"^X must have shape \(..., D\), got shape \(\)$",
         ),
     ],
 )

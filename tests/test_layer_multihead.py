@@ -1,12 +1,16 @@
 """Tests of attncourse.layers.multihead: causal multi-head attention with W_O
 (split/merge, forward against the loop reference, backward, initialisation)."""
 
+import difflib
+import inspect
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose, assert_array_equal
 
+from attncourse.kit.faults import multihead as fmh
 from attncourse.kit.faults.multihead import (
     multihead_backward_no_transpose,
     multihead_backward_reversed,
@@ -69,11 +73,12 @@ def test_merge_is_the_inverse_of_split():
     [
         (
             lambda: mh.split_heads(np.ones((3, 7)), 2),
-            r"cannot split 7 columns \(shape \(3, 7\)\) into 2 equal heads",
+            r"^cannot split Y of shape \(3, 7\) into 2 equal heads: Y must have shape "
+            r"\(\.\.\., T, H w\)$",
         ),
         (
             lambda: mh.split_heads(np.ones((2, 3, 7)), 2),
-            r"cannot split 7 columns \(shape \(2, 3, 7\)\) into 2 equal heads",
+            r"^cannot split Y of shape \(2, 3, 7\) into 2 equal heads",
         ),
         (
             lambda: mh.split_heads(np.ones((3, 4)), 0),
@@ -85,11 +90,11 @@ def test_merge_is_the_inverse_of_split():
         ),
         (
             lambda: mh.split_heads(np.ones(4), 2),
-            r"at least 2-D input .* got shape \(4,\)",
+            r"^cannot split Y of shape \(4,\) into 2 equal heads",
         ),
         (
             lambda: mh.merge_heads(np.ones((3, 4))),
-            r"merge_heads needs input of shape \(\.\.\., H, T, w\), got shape \(3, 4\)",
+            r"^O must have shape \(\.\.\., H, T, w\), got shape \(3, 4\)$",
         ),
     ],
 )
@@ -245,6 +250,59 @@ def test_a_backward_with_the_wrong_split_is_caught(backward):
     } == {"W_Q", "W_K", "W_V", "x"}
 
 
+def _body(function):
+    """The lines of ``function`` after its docstring."""
+    lines = inspect.getsource(function).splitlines()
+    closing = [i for i, line in enumerate(lines) if line.rstrip().endswith('"""')]
+    return lines[closing[-1] + 1 :] if closing else lines[1:]
+
+
+@pytest.mark.parametrize(
+    "name, core, n_changed",
+    [
+        # one mistake made at both reshapes (the split and the merge)
+        ("multihead_forward_no_transpose", mh.multihead_forward, 2),
+        ("multihead_backward_no_transpose", mh.multihead_backward, 2),
+        ("multihead_forward_reversed", mh.multihead_forward, 1),
+        ("multihead_backward_reversed", mh.multihead_backward, 1),
+    ],
+)
+def test_each_fault_is_a_copy_of_the_layer_with_the_faulty_lines_marked(
+    name, core, n_changed
+):
+    # a planted mistake is a copy of the function with its line changed, marked, and
+    # never a callable injected into the core
+    fault = getattr(fmh, name)
+    ndiff = list(difflib.ndiff(_body(core), _body(fault)))
+    removed = [line for line in ndiff if line.startswith("- ")]
+    added = [line for line in ndiff if line.startswith("+ ")]
+    assert len(removed) == len(added) == n_changed, (removed, added)
+    assert all("the fault" in line for line in added), added
+    assert list(inspect.signature(fault).parameters) == list(
+        inspect.signature(core).parameters
+    )
+    assert list(inspect.signature(mh.multihead_forward).parameters) == [
+        "params", "X", "heads", "key_valid", "past", "query_offset"
+    ]  # no split or merge to swap
+    assert list(inspect.signature(mh.multihead_backward).parameters) == [
+        "params", "saved", "dY"
+    ]
+
+
+@pytest.mark.parametrize(
+    "forward", [mh.multihead_forward, fmh.multihead_forward_reversed]
+)
+def test_the_cached_path_reads_the_past_keys_and_values_first(forward):
+    # the layer and its copies keep the past= / query_offset= path: the last 2
+    # positions against the 3 cached ones equal the rows of the whole pass (the
+    # reversed order is wrong at each position alike, so it caches like the layer)
+    _, params, X, _ = make_case(B=2, T=5, H=2)
+    _, saved = forward(params, X[:, :3], heads=2)
+    past = (saved["K"], saved["V"])
+    Y, _ = forward(params, X[:, 3:], heads=2, past=past, query_offset=3)
+    assert_allclose(Y, forward(params, X, heads=2)[0][:, 3:], rtol=1e-13, atol=1e-15)
+
+
 def test_padded_positions_get_exactly_zero_input_gradient():
     rng, params, X, key_valid = make_case(B=2, H=2, lengths=[2, 4])
     Y, saved = mh.multihead_forward(params, X, heads=2, key_valid=key_valid)
@@ -311,41 +369,41 @@ def test_forward_and_gradients_property(data, B, T, D, H, d, r):
             r"W_Q has shape \(7, 5\): its 5 columns do not split into 2 heads",
         ),
         (
-            {"W_V": np.ones((7, 5))},
+            {"W_V": np.ones((7, 5)), "W_O": np.ones((5, 7))},
             2,
             r"W_V has shape \(7, 5\): its 5 columns do not split into 2 heads",
         ),
         (
             {"W_K": np.ones((7, 4))},
             2,
-            r"W_Q and W_K must have the same shape \(D, H d\): W_Q \(7, 6\), W_K \(7, "
-            r"4\)",
+            r"^W_K must have shape \(D, Hd\) with Hd=6 \(as in W_Q\), got shape "
+            r"\(7, 4\)$",
         ),
         (
             {"W_O": np.ones((3, 7))},
             2,
-            r"W_O must have one row per concatenated value column: W_V \(7, 4\), W_O "
-            r"\(3, 7\)",
+            r"^W_O must have shape \(Hr, D_out\) with Hr=4 \(as in W_V\), got shape "
+            r"\(3, 7\)$",
         ),
         (
             {"W_Q": np.ones((6, 6))},
             2,
-            r"W_Q must have one row per input feature: X has shape \(2, 5, 7\), W_Q "
-            r"has shape \(6, 6\)",
+            r"^W_Q must have shape \(D, Hd\) with D=7 \(as in X\), got shape "
+            r"\(6, 6\)$",
         ),
         (
             {"W_K": np.ones((6, 6))},
             2,
-            r"W_K must have one row per input feature: X has shape \(2, 5, 7\), W_K "
-            r"has shape \(6, 6\)",
+            r"^W_K must have shape \(D, Hd\) with D=7 \(as in X\), got shape "
+            r"\(6, 6\)$",
         ),
         (
             {"W_V": np.ones((6, 4))},
             2,
-            r"W_V must have one row per input feature: X has shape \(2, 5, 7\), W_V "
-            r"has shape \(6, 4\)",
+            r"^W_V must have shape \(D, Hr\) with D=7 \(as in X\), got shape "
+            r"\(6, 4\)$",
         ),
-        ({"W_O": np.ones(4)}, 2, r"W_O must be 2-D, got shape \(4,\)"),
+        ({"W_O": np.ones(4)}, 2, r"^W_O must have shape \(Hr, D_out\), got shape \(4,"),
         (
             {"W_K": np.full((7, 6), "a")},
             2,
@@ -370,7 +428,9 @@ def test_other_bad_input_is_named():
     Y, saved = mh.multihead_forward(params, X, heads=2)
     with pytest.raises(ValueError, match=r"multihead params lack \['W_O'\]"):
         mh.multihead_backward({n: params[n] for n in ("W_Q", "W_K", "W_V")}, saved, Y)
-    with pytest.raises(ValueError, match=r"X must be at least 2-D .* got shape \(7,\)"):
+    with pytest.raises(
+        ValueError, match=r"^X must have shape \(\.\.\., T, D\), got shape \(7,\)$"
+    ):
         mh.multihead_forward(params, X[0, 0], heads=2)
     with pytest.raises(
         ValueError, match=r"^X must be an array of numbers, got dtype <U1"

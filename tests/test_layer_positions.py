@@ -170,15 +170,19 @@ def test_init_positions_draws_standard_normal_entries_times_scale():
         (
             np.zeros((3, 2)),
             np.zeros((2, 3)),
-            r"X and P must share the width D: X has shape \(2, 3\), P has shape \(3, "
-            r"2\)",
+            r"^X must have shape \(\.\.\., T, D\) with D=2 \(as in P\), got shape "
+            r"\(2, 3\)$",
         ),
         (
             np.zeros(3),
             np.zeros((2, 3)),
-            r"P must be 2-D \(T_max, D\), got shape \(3,\)",
+            r"^P must have shape \(T_max, D\), got shape \(3,\)$",
         ),
-        (np.zeros((3, 2)), np.zeros(2), r"X must be at least 2-D .* got shape \(2,\)"),
+        (
+            np.zeros((3, 2)),
+            np.zeros(2),
+            r"^X must have shape \(\.\.\., T, D\), got shape \(2,\)$",
+        ),
     ],
 )
 def test_bad_input_is_named(P, X, message):

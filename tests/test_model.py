@@ -58,10 +58,10 @@ def test_config_defaults_and_head_width():
     (dict(D=6, heads=4), r"D=6 must be divisible by heads=4"),
     (dict(tied=1), r"tied must be True or False, got 1"),
     (dict(approximate_gelu="yes"), r"approximate_gelu must be True or False"),
-    (dict(eps=0.0), r"eps must be a finite number > 0, got 0.0"),
-    (dict(eps=float("inf")), r"eps must be a finite number > 0, got inf"),
-    (dict(eps=True), r"eps must be a positive number, got True"),
-    (dict(eps="1e-5"), r"eps must be a positive number, got '1e-5'"),
+    (dict(eps=0.0), r"eps must be a finite number in \(0, inf\), got 0.0"),
+    (dict(eps=float("inf")), r"eps must be a finite number in \(0, inf\), got inf"),
+    (dict(eps=True), r"eps must be a finite number in \(0, inf\), got True"),
+    (dict(eps="1e-5"), r"eps must be a finite number in \(0, inf\), got '1e-5'"),
 ])
 def test_config_rejects_bad_values(change, message):
     with pytest.raises(ValueError, match=message):
@@ -112,7 +112,8 @@ def test_init_scheme_gains_one_shifts_and_biases_zero_weights_at_their_spread():
 def test_init_rejects_a_bad_std_and_a_plain_dict():
     config = ModelConfig(**SMALL)
     for std in (0.0, -0.02, float("nan"), True):
-        with pytest.raises(ValueError, match="std must be a finite number > 0"):
+        with pytest.raises(ValueError,
+                           match=r"std must be a finite number in \(0, inf\)"):
             init_model(config, std=std)
     with pytest.raises(ValueError, match="config must be a ModelConfig, got dict"):
         init_model(SMALL)
@@ -222,13 +223,13 @@ def test_padded_tokens_change_no_real_logit():
      r"config must be a ModelConfig, got dict"),
     (lambda c, p: model_forward({k: p[k] for k in ("embed", "pos", "blocks", "ln_f")},
                                 [1], config=c),
-     r"model params lack \['unembed'\]"),
+     r"params do not match the config: missing \['unembed.W'\], extra \[\]"),
     (lambda c, p: model_forward({**p, "blocks": p["blocks"][:1]}, [1], config=c),
      r"params\['blocks'\] must be a list of config.layers=2 blocks, got 1"),
     (lambda c, p: model_forward({**p, "embed": {"E": np.ones((7, 5))}}, [1], config=c),
-     r"E must have shape \(7, 4\) for this config, got \(7, 5\)"),
+     r"params: embed.E has shape \(7, 5\), the config needs \(7, 4\)"),
     (lambda c, p: model_forward(p, [1], config=dataclasses.replace(c, tied=True)),
-     r"a tied model has no 'unembed' parameters"),
+     r"extra \['unembed.W'\] \(a tied model has no 'unembed': Z = H E\^T\)"),
 ])
 def test_forward_rejects_bad_input_naming_it(call, message):
     config = ModelConfig(**SMALL)
@@ -263,7 +264,7 @@ def test_backward_shapes_unused_positions_and_no_gradient_for_ids(tied):
         k: v.shape for k, v in flatten_params(params).items()}
     assert np.all(dparams["pos"]["P"][T:] == 0.0)  # row 5 of P took no part (T = 5)
     assert np.abs(dparams["pos"]["P"][:T]).min() > 0.0
-    with pytest.raises(ValueError, match=r"dlogits must have the shape of the logits, "
+    with pytest.raises(ValueError, match=r"dZ must have the shape of the logits Z, "
                                          r"\(2, 5, 7\), got \(2, 5, 6\)"):
         model_backward(params, saved, np.ones((2, 5, 6)))
     other = init_model(dataclasses.replace(config, tied=not tied))
@@ -274,12 +275,12 @@ def test_backward_shapes_unused_positions_and_no_gradient_for_ids(tied):
 def test_tied_gradient_is_the_sum_of_the_two_uses():
     config, params, ids, _ = case(tied=True)
     logits, saved = model_forward(params, ids, config=config)
-    dlogits = np.random.default_rng(3).normal(size=logits.shape)
-    dE = model_backward(params, saved, dlogits)[0]["embed"]["E"]
+    dZ = np.random.default_rng(3).normal(size=logits.shape)
+    dE = model_backward(params, saved, dZ)[0]["embed"]["E"]
     H = saved["unembed"]["X"]
     # Z = H E^T: dE from the unembedding is dZ^T H summed over positions
     # (n, B T) x (B T, D) -> (n, D)
-    unembedding = dlogits.reshape(-1, 7).T @ H.reshape(-1, 4)
+    unembedding = dZ.reshape(-1, 7).T @ H.reshape(-1, 4)
     seen = np.isin(np.arange(7), ids)
     assert seen.any() and not seen.all()
     # a token that is not in the input is used only by the unembedding
@@ -505,7 +506,7 @@ def test_load_refuses_pickled_arrays(tmp_path):
 def test_save_checks_params_against_the_config_and_writes_exactly_that_path(tmp_path):
     config = ModelConfig(**SMALL)
     params = init_model(config)
-    with pytest.raises(ValueError, match=r"a tied model has no 'unembed' parameters"):
+    with pytest.raises(ValueError, match=r"a tied model has no 'unembed': Z = H E\^T"):
         save_model(tmp_path / "m.npz", params, dataclasses.replace(config, tied=True))
     save_model(tmp_path / "weights", params, config)  # no suffix appended
     assert [p.name for p in tmp_path.iterdir()] == ["weights"]
@@ -525,7 +526,8 @@ def test_init_defaults_to_seed_0():
             lambda c, p: model_forward(
                 p, [1], config=dataclasses.replace(c, tied=True)
             ),
-            r"^a tied model has no 'unembed' parameters: its logits use E\^T$",
+            r"^params do not match the config: missing \[\], extra \['unembed.W'\] "
+            r"\(a tied model has no 'unembed': Z = H E\^T\)$",
         ),
         (
             lambda c, p: model_forward(
@@ -537,17 +539,17 @@ def test_init_defaults_to_seed_0():
             lambda c, p: model_forward(
                 {**p, "pos": {"P": np.ones((5, 4))}}, [1], config=c
             ),
-            r"^P must have shape \(6, 4\) for this config, got \(5, 4\)$",
+            r"^params: pos.P has shape \(5, 4\), the config needs \(6, 4\)$",
         ),
         (
             lambda c, p: model_forward(
                 {**p, "unembed": {"W": np.ones((4, 6))}}, [1], config=c
             ),
-            r"^U must have shape \(4, 7\) for this config, got \(4, 6\)$",
+            r"^params: unembed.W has shape \(4, 6\), the config needs \(4, 7\)$",
         ),
         (
             lambda c, p: model_forward({**p, "embed": {}}, [1], config=c),
-            r"^E params lack \['E'\]",
+            r"^params do not match the config: missing \['embed.E'\], extra \[\]$",
         ),
         (
             lambda c, p: model_forward(p, np.zeros(7, dtype=int), config=c),
@@ -562,7 +564,7 @@ def test_forward_names_each_table_and_count_exactly(call, message):
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
-def test_backward_names_the_disagreement_and_non_numeric_dlogits(tied):
+def test_backward_names_the_disagreement_and_a_non_numeric_dZ(tied):
     config = ModelConfig(**SMALL, tied=tied)
     params = init_model(config)
     logits, saved = model_forward(params, [1, 2, 3], config=config)
@@ -576,7 +578,7 @@ def test_backward_names_the_disagreement_and_non_numeric_dlogits(tied):
     )
     with pytest.raises(ValueError, match=message):
         model_backward(other, saved, np.ones_like(logits))
-    with pytest.raises(ValueError, match="^dlogits must be an array of numbers"):
+    with pytest.raises(ValueError, match="^dZ must be an array of numbers"):
         model_backward(params, saved, np.full(logits.shape, "a"))
 
 
@@ -640,3 +642,65 @@ def test_a_config_of_numpy_integers_saves_as_json_numbers(tmp_path):
     assert loaded_config == config
     with np.load(path, allow_pickle=False) as data:
         assert json.loads(str(data["config"]))["n_vocab"] == 7
+
+
+# --- spread_params: the seed, rng and scales -------------------------------------
+
+SPREAD = ModelConfig(n_vocab=7, T_max=5, D=6, heads=2, layers=2, ratio=2)
+
+
+def test_spread_params_are_init_model_at_std_0_3_moved_by_the_stated_draws():
+    # matrices: init_model(seed, std=0.3); E and P: N(0, 1) from rng; gains 1 + 0.1 N;
+    # shifts and biases 0 + 0.1 N; the draws in the order of the dotted paths
+    base = flatten_params(init_model(SPREAD, seed=4, std=0.3))
+    got = flatten_params(spread_params(SPREAD, seed=4))
+    assert list(got) == list(base)
+    rng = np.random.default_rng(4)
+    for path, value in base.items():
+        if path in ("embed.E", "pos.P"):
+            want = rng.normal(size=value.shape)
+        elif value.ndim == 2:
+            want = value
+        else:
+            want = value + 0.1 * rng.normal(size=value.shape)
+        assert_array_equal(got[path], want, err_msg=path)
+    given = np.random.default_rng(4)  # ... and no other draw: the states agree after
+    spread_params(SPREAD, seed=4, rng=given)
+    assert given.random() == rng.random()
+
+
+def test_spread_params_scales_are_those_the_docstring_states():
+    config = ModelConfig(n_vocab=300, T_max=200, D=256, heads=4, layers=1, ratio=2)
+    flat = flatten_params(spread_params(config, seed=1))
+    gains = np.concatenate([flat[p] for p in flat if p.endswith("gamma")])
+    shifts = np.concatenate([flat[p] for p in flat if p.endswith(("beta", ".b"))])
+    # standard errors: 1 / sqrt(2 n) of a spread, 1 / sqrt(n) of a mean, n >= 768
+    for name, x, mean, std in (("E", flat["embed.E"], 0.0, 1.0),
+                               ("P", flat["pos.P"], 0.0, 1.0),
+                               ("gains", gains, 1.0, 0.1), ("shifts", shifts, 0.0, 0.1),
+                               ("W_Q", flat["blocks.0.attn.W_Q"], 0.0, 0.3)):
+        assert abs(x.std() / std - 1) < 5 / np.sqrt(2 * x.size), name
+        assert abs(x.mean() - mean) < 5 * std / np.sqrt(x.size), name
+
+
+def test_spread_params_seed_decides_everything_and_rng_replaces_it_for_the_draws():
+    a, b = spread_params(SPREAD, seed=2), spread_params(SPREAD, seed=2)
+    other = flatten_params(spread_params(SPREAD, seed=3))
+    for path, value in flatten_params(a).items():
+        assert_array_equal(value, flatten_params(b)[path], err_msg=path)
+        assert not np.array_equal(value, other[path]), path
+    # rng=None is default_rng(seed); a given rng supplies E, P, gains and biases, while
+    # the matrices still come from the seed (init_model(config, seed))
+    same = flatten_params(spread_params(SPREAD, seed=2, rng=np.random.default_rng(2)))
+    drawn = flatten_params(spread_params(SPREAD, seed=2, rng=np.random.default_rng(9)))
+    for path, value in flatten_params(a).items():
+        assert_array_equal(same[path], value, err_msg=path)
+        if value.ndim == 2 and path not in ("embed.E", "pos.P"):
+            assert_array_equal(drawn[path], value, err_msg=path)
+        else:
+            assert not np.array_equal(drawn[path], value), path
+    # the rng given is the one drawn from: it advances, one call after another differs
+    rng = np.random.default_rng(5)
+    first = flatten_params(spread_params(SPREAD, rng=rng))
+    second = flatten_params(spread_params(SPREAD, rng=rng))
+    assert not np.array_equal(first["embed.E"], second["embed.E"])

@@ -2,13 +2,14 @@
 
 "Run All" in a plain kernel completes. No chapter cell is exempt from execution (no
 ``raises-exception`` or skip tag), so nbval, which runs every chapter once (in the
-build command, or in the test command when the chapter has no current record: see
-tools/nbrecord.py), executes each one as "Run All" does and fails on any exception; the
-hook in the root ``conftest.py`` also fails an exercise cell that does not print the
-one-line "not done yet" notice. Executing every chapter once more here would add
-minutes; instead, these fast tests assert the premises (no exemptions, every stub passed
-to a checker), test the hook's rule, and run small notebooks in a plain kernel with
-nbclient to show that a stub lets Run All go on while a wrong answer still stops it.
+build command, or in the test command when the chapter is not in the current notebook
+cache: see tools/execute.py and tests/test_execute.py), executes each one as "Run All"
+does and fails on any exception; the hook in the root ``conftest.py`` also fails an
+exercise cell that does not print the one-line "not done yet" notice. Executing every
+chapter once more here would add minutes; instead, these fast tests assert the premises
+(no exemptions, every stub passed to a checker), test the hook's rule, and run small
+notebooks in a plain kernel with nbclient to show that a stub lets Run All go on while a
+wrong answer still stops it.
 
 Colab and Binder: the first code cell of every chapter installs the course package when
 it is missing, from the address in ``_config.yml`` (tools/notebook_setup.py writes it).
@@ -18,16 +19,13 @@ import ast
 import importlib.metadata
 import importlib.util
 import json
-import os
 import pathlib
 import re
-import shutil
 import stat
 import subprocess
 import sys
 import tomllib
 import urllib.parse
-from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -71,11 +69,6 @@ EXEMPTING_COMMENTS = re.compile(
 
 def code_cells(path):
     return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-
-
-def test_every_chapter_of_the_toc_is_covered():
-    assert len(setup_tool.toc_notebooks(ROOT)) >= 9
-    assert set(setup_tool.toc_notebooks(ROOT)) <= set(CHAPTERS)
 
 
 # --- Run All --------------------------------------------------------------------------
@@ -442,108 +435,3 @@ def test_nbval_with_the_root_conftest_fails_an_exercise_that_shows_no_notice(tmp
     assert len(summary) == 1 and "silent.ipynb::Cell 1" in summary[0], result.stdout
     assert "must print one line" in result.stdout
     assert "1 failed, 3 passed" in result.stdout
-
-
-# One execution of each chapter (tools/nbrecord.py and the root conftest.py) -----------
-
-nbrecord = _load("nbrecord_under_test", ROOT / "tools" / "nbrecord.py")
-FIRST, SECOND = CHAPTERS[0], CHAPTERS[1]
-
-
-def test_a_record_is_taken_only_while_its_key_is_current(tmp_path, monkeypatch):
-    monkeypatch.setattr(nbrecord, "RECORDS", tmp_path / "records")
-    nbrecord.write_record(FIRST, "{}", 1.0)
-    record = nbrecord.fresh_record(FIRST)
-    assert record["key"] == nbrecord.chapter_key(FIRST) and record["executed"] == "{}"
-    # fault controls: a key one character off, a damaged file, an edited notebook
-    path = nbrecord.record_path(FIRST)
-    stale = dict(record,
-                 key=record["key"][:-1] + ("0" if record["key"][-1] != "0" else "1"))
-    path.write_text(json.dumps(stale))
-    assert nbrecord.fresh_record(FIRST) is None
-    path.write_text(json.dumps(record)[:-1])
-    assert nbrecord.fresh_record(FIRST) is None
-    copy = tmp_path / FIRST.name
-    copy.write_bytes(FIRST.read_bytes())
-    nbrecord.write_record(copy, "{}", 1.0)
-    assert nbrecord.fresh_record(copy) is not None
-    copy.write_bytes(FIRST.read_bytes().replace(b"import", b"import ", 1))
-    assert nbrecord.fresh_record(copy) is None
-
-
-def test_the_key_covers_the_package_the_settings_and_the_environment(
-        tmp_path, monkeypatch):
-    for name in nbrecord.SOURCES:
-        target = tmp_path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(
-            ROOT / name, target)
-    monkeypatch.setattr(nbrecord, "ROOT", tmp_path)
-    threads = os.environ.get("OPENBLAS_NUM_THREADS")
-    digest = nbrecord.environment_digest.__wrapped__
-    before = digest()
-    assert digest() == before  # the same inputs give the same key
-    module = tmp_path / "src" / "attncourse" / "softmax.py"
-    module.write_text(module.read_text() + "\n")
-    edited = digest()
-    assert edited != before
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
-    assert digest() != edited
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", threads)
-    assert digest() == edited
-    (tmp_path / "conftest.py").write_text("")
-    assert digest() != edited
-    shutil.copy(ROOT / "conftest.py", tmp_path / "conftest.py")
-    assert digest() == edited
-    # the same environment seen with src/ (and the editable install's egg-info) on
-    # sys.path, as pytest puts it there while collecting the package's doctests
-    monkeypatch.syspath_prepend(str(ROOT / "src"))
-    assert digest() == edited
-    monkeypatch.setattr(nbrecord.importlib.metadata, "distributions",
-                        lambda **where: [SimpleNamespace(metadata={"Name": "numpy"},
-                                                         version="0.0")])
-    assert digest() != edited
-
-
-def recorded(source, outputs, count):
-    cell = nbformat.v4.new_code_cell(source)
-    cell.outputs, cell.execution_count = outputs, count
-    return cell
-
-
-def test_a_recorded_cell_must_have_run_in_order_without_an_exception():
-    problem = root_conftest.recorded_cell_problem
-    printed = [nbformat.v4.new_output("stream", name="stdout", text="4\n")]
-    assert problem(2, recorded("print(2 + 2)", printed, 3)) is None
-    # fault controls: not run, out of order, an exception, a stub that printed nothing
-    assert "not run in order" in problem(2, recorded("print(2 + 2)", [], None))
-    assert "not run in order" in problem(2, recorded("print(2 + 2)", printed, 2))
-    error = nbformat.v4.new_output("error", ename="ValueError", evalue="bad",
-                                   traceback=[])
-    assert "ValueError: bad" in problem(0, recorded("f()", [error], 1))
-    stub = "def my_f():\n    raise NotImplementedError\n\ncheck(my_f)"
-    assert "must print one line" in problem(0, recorded(stub, [], 1))
-
-
-def collected_kinds(records, *extra):
-    """The collector pytest makes for each of the first two chapters, given records."""
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider",
-         *extra, str(FIRST.relative_to(ROOT)), str(SECOND.relative_to(ROOT))],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
-        env=dict(os.environ, ATTNCOURSE_NBVAL_RECORDS=str(records)))
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return {path.name: re.search(rf"<(\w+) {re.escape(path.name)}>", done.stdout)[1]
-            for path in (FIRST, SECOND)}
-
-
-def test_the_tests_take_a_current_record_and_execute_a_stale_one(tmp_path, monkeypatch):
-    monkeypatch.setattr(nbrecord, "RECORDS", tmp_path)
-    for path in (FIRST, SECOND):  # a record's cells are checked when run, not here
-        nbrecord.write_record(path, path.read_text(), 1.0)
-    stale = json.loads(nbrecord.record_path(SECOND).read_text())
-    nbrecord.record_path(SECOND).write_text(json.dumps(dict(stale, key="0" * 64)))
-    assert collected_kinds(tmp_path) == {FIRST.name: "RecordedChapter",
-                                         SECOND.name: "IPyNbFile"}
-    assert collected_kinds(tmp_path, "--nbval-fresh") == {FIRST.name: "IPyNbFile",
-                                                          SECOND.name: "IPyNbFile"}

@@ -124,9 +124,7 @@ def test_a_batched_mask_batches_unbatched_scores():
 
 @pytest.mark.parametrize("fn", [softmax, logsumexp])
 def test_a_mask_that_does_not_broadcast_is_named(fn):
-    message = (
-        r"visible must broadcast against S: S has shape \(3, 5\), visible \(3, 4\)"
-    )
+    message = r"^leading batch dimensions do not broadcast: S \(3, 5\), visible \(3, 4"
     with pytest.raises(ValueError, match=message):
         fn(np.zeros((3, 5)), np.ones((3, 4), dtype=bool))
 
@@ -246,7 +244,7 @@ def test_numerator_only_backward_is_caught():
 def test_backward_rejects_mismatched_shapes():
     with pytest.raises(
         ValueError,
-        match=r"A and dA must have the same shape, got A \(2, 3\) and dA \(3, 2\)",
+        match=r"^dA must have the shape of A, \(2, 3\), got \(3, 2\)$",
     ):
         softmax_backward(np.ones((2, 3)) / 3, np.ones((3, 2)))
 
@@ -314,10 +312,10 @@ def test_jacobian_batched_and_bad_input():
     assert J.shape == (2, 3, 5, 5)
     assert_allclose(J[1, 2], softmax_jacobian(z[1, 2]), rtol=0, atol=0)
     with pytest.raises(
-        ValueError, match=r"at least one entry along its last axis, got shape \(\)"
+        ValueError, match=r"^z must have a non-empty last axis, got shape \(\)$"
     ):
         softmax_jacobian(np.float64(1.0))
-    with pytest.raises(ValueError, match=r"got shape \(3, 0\)"):
+    with pytest.raises(ValueError, match=r"non-empty last axis, got shape \(3, 0\)$"):
         softmax_jacobian(np.zeros((3, 0)))
 
 

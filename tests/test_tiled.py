@@ -22,6 +22,12 @@ from attncourse.tiled import (SoftmaxState, TiledWeights, causal_tiles, empty_st
 from attncourse.kit.conformance import tiled_implementation
 
 
+def reference_backward(Q, K, V, G, visible=None):
+    """``dQ, dK, dV`` of the reference pair: the forward's ``saved``, then the
+    backward."""
+    return attention_backward(attention_forward(Q, K, V, visible)[1], G)
+
+
 def row_case(seed, n=3, k=11, r=2):
     """Scores of n rows against k keys, spread so that the maximum moves between
     parts."""
@@ -102,8 +108,8 @@ def test_the_state_functions_reject_mismatched_shapes():
     S, V = row_case(5)
     with pytest.raises(
         ValueError,
-        match=r"S \(\.\.\., n, k\) .* S has shape \(3, 11\), "
-        r"V has shape \(4, 2\)",
+        match=r"^V must have shape \(\.\.\., k, r\) with k=11 \(as in S\), "
+        r"got shape \(4, 2\)$",
     ):
         tile_state(S, V[:4])
     with pytest.raises(ValueError, match=r"o has shapes \(3, 2\) and \(3, 3\)"):
@@ -141,15 +147,15 @@ def test_bad_tile_sizes_raise_value_errors_that_name_them(bad):
     Q = np.ones((4, 3))
     with pytest.raises(
         ValueError,
-        match=rf"^block_q must be a positive integer, got "
-        rf"{repr(bad).replace('.', '[.]')}$",
+        match=rf"^sizes must be positive integers: block_q="
+        rf"{repr(bad).replace('.', '[.]')} \(got block_q=",
     ):
         tiled_attention_forward(Q, Q, Q, block_q=bad)
-    with pytest.raises(ValueError, match=r"^block_k must be a positive integer"):
+    with pytest.raises(ValueError, match=r"^sizes must be positive integers: block_k="):
         tiled_causal_attention(Q, Q, Q, block_k=bad)
-    with pytest.raises(ValueError, match=r"^block_k must be a positive integer"):
+    with pytest.raises(ValueError, match=r"^sizes must be positive integers: block_k="):
         causal_tiles(4, 4, 2, bad)
-    with pytest.raises(ValueError, match=r"^block_q must be a positive integer"):
+    with pytest.raises(ValueError, match=r"^sizes must be positive integers: block_q="):
         tiled_implementation(bad)
 
 
@@ -174,7 +180,7 @@ def test_the_non_causal_pass_equals_the_reference(blocks):
     assert_allclose(O, O_ref, rtol=1e-12, atol=1e-14)
     G = np.random.default_rng(1).standard_normal(O.shape)
     for got, want in zip(
-        tiled_attention_backward(saved, G), attention_backward(Q, K, V, G)
+        tiled_attention_backward(saved, G), reference_backward(Q, K, V, G)
     ):
         assert got.shape == want.shape
         assert_allclose(got, want, rtol=1e-11, atol=1e-13)
@@ -206,8 +212,12 @@ def test_the_result_does_not_depend_on_the_threads():
     again = tiled_attention_backward(saved, G)  # 3 threads once more: bit for bit
     for x, y in zip(results[-1][1:], again):
         assert_array_equal(x, y)
-    with pytest.raises(ValueError, match="workers must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match=r"^sizes must be positive integers: workers=0 "
+                                         r"\(got workers=0\)$"):
         tiled_attention_forward(Q, K, V, workers=0)
+    with pytest.raises(ValueError, match=r"^sizes must be positive integers: "
+                                         r"workers=1\.5 "):
+        tiled_attention_backward(saved, G, workers=1.5)  # not a bare TypeError of range
 
 
 def test_float32_stays_float32():
@@ -240,8 +250,7 @@ def test_the_backward_rejects_an_upstream_gradient_of_another_shape():
     _, saved = tiled_attention_forward(Q, K, V)
     with pytest.raises(
         ValueError,
-        match=r"dO must have the shape of the output, "
-        r"\(7, 5\), got \(5, 7\)",
+        match=r"^G must have the shape of the output O, \(7, 5\), got \(5, 7\)$",
     ):
         tiled_attention_backward(saved, np.ones((5, 7)))
     with pytest.raises(NotImplementedError, match="Chapter 10"):
@@ -314,7 +323,7 @@ def test_tile_state_rejects_scores_of_one_row_without_the_row_axis():
     S, V = row_case(10, n=1, k=4)
     with pytest.raises(
         ValueError,
-        match=r"S \(\.\.\., n, k\) .* S has shape \(4,\), V has shape \(4, 2\)",
+        match=r"^S must have shape \(\.\.\., n, k\), got shape \(4,\)$",
     ):
         tile_state(S[0], V)
 
@@ -443,7 +452,7 @@ def test_one_batched_input_and_padding_broadcast_the_others(batched, causal):
     assert_allclose(O, O_ref, rtol=1e-13, atol=1e-15)
     G = rng.standard_normal(O.shape)
     for got, want in zip(
-        tiled_attention_backward(saved, G), attention_backward(Q, K, V, G, visible)
+        tiled_attention_backward(saved, G), reference_backward(Q, K, V, G, visible)
     ):
         assert got.shape == want.shape
         assert_allclose(got, want, rtol=1e-12, atol=1e-14)
@@ -477,7 +486,7 @@ def test_the_float32_pass_is_the_float32_merge_of_its_tiles():
 def test_the_backward_names_an_upstream_gradient_that_is_not_numbers():
     Q, K, V = qkv(20, (), (), ())
     O, saved = tiled_attention_forward(Q, K, V)
-    with pytest.raises(ValueError, match=r"^dO must be an array of numbers"):
+    with pytest.raises(ValueError, match=r"^G must be an array of numbers"):
         tiled_attention_backward(saved, O.astype(str))
 
 

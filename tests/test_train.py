@@ -156,10 +156,10 @@ def test_progress_prints_the_number_of_lines_asked_for(capsys):
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(steps=0), "steps must be an int >= 1, got 0"),
-        (dict(steps=2.0), "steps must be an int >= 1, got 2.0"),
-        (dict(every=0), "every must be None or an int >= 1, got 0"),
-        (dict(lines=-1), "lines must be an int >= 0, got -1"),
+        (dict(steps=0), r"^steps must be an integer in \[1, inf\), got 0$"),
+        (dict(steps=2.0), r"^steps must be an integer in \[1, inf\), got 2.0$"),
+        (dict(every=0), r"^every must be None or an integer in \[1, inf\), got 0$"),
+        (dict(lines=-1), r"^lines must be an integer in \[0, inf\), got -1$"),
         (dict(lr=-1.0), "lr"),
     ],
 )

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from attncourse._validate import as_float_array, require_params, require_sizes, shaped
+from attncourse._validate import (as_float_array, as_ids, require_params,
+                                  require_sizes, shaped)
 from attncourse.layers.multihead import init_multihead, multihead_forward, split_heads
 
 
@@ -49,6 +50,39 @@ def test_as_float_array_shape_requirements_pass_when_met():
     assert as_float_array("X", np.ones((2, 3)), ndim=2).shape == (2, 3)
     assert as_float_array("X", np.ones((2, 3, 4)), min_ndim=2).shape == (2, 3, 4)
     assert as_float_array("X", np.ones((2, 3)), min_ndim=2).shape == (2, 3)
+
+
+# --- as_ids ---------------------------------------------------------------------------
+
+
+def test_as_ids_keeps_the_shape_and_returns_int64():
+    ids = as_ids(np.array([[1, 0], [2, 2]], dtype=np.uint8), 3)
+    assert ids.dtype == np.int64 and ids.shape == (2, 2)
+    assert_array_equal(ids, [[1, 0], [2, 2]])
+    for empty in ([], np.zeros((2, 0))):  # no ids, whatever their dtype
+        assert as_ids(empty, 3).dtype == np.int64
+    assert as_ids([], 3, ndim=1).shape == (0,)
+
+
+def test_as_ids_names_the_argument_and_lists_at_most_ten_values():
+    with pytest.raises(ValueError, match=r"^targets y out of range for a vocabulary of "
+                       r"3 tokens \(valid ids are 0\.\.2\): \[-1, 5\]$"):
+        as_ids([5, 0, -1], 3, name="targets y")
+    with pytest.raises(ValueError, match=r"^targets y must be integers, got dtype f"):
+        as_ids([0.5], 3, name="targets y")
+    with pytest.raises(ValueError, match=r"^ids must be integers, got dtype bool$"):
+        as_ids(np.array([True]), 3)
+    with pytest.raises(
+        ValueError, match=r"\[3, 4, 5, 6, 7, 8, 9, 10, 11, 12, \.\.\.\]$"
+    ):
+        as_ids(np.arange(20), 3)
+    with pytest.raises(
+        ValueError,
+        match=r"^sizes must be positive integers: n_vocab=0 \(got n_vocab=0\)$",
+    ):
+        as_ids([0], 0)
+    with pytest.raises(ValueError, match=r"^prompt must be 1-D, got shape \(1, 2\)$"):
+        as_ids([[0, 1]], 3, name="prompt", ndim=1)
 
 
 # --- require_sizes --------------------------------------------------------------------

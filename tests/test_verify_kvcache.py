@@ -3,6 +3,9 @@ recomputation passes the package's cache, catches each planted fault (on a small
 model, where the registry's own checks use the trained ones), names the step, and
 rejects its own bad arguments with a ValueError."""
 
+import difflib
+import inspect
+
 import numpy as np
 import pytest
 
@@ -53,6 +56,31 @@ def test_the_attention_and_position_faults_are_caught_by_the_first_step(name):
     fault = next(f for f in fk.FAULTS if f.name == name)
     with pytest.raises(CheckFailed, match=r"decode step at position 2 \(prompt of 2\)"):
         check(fault.function, steps=1)
+
+
+def _body(function):
+    """The lines of ``function`` after its docstring."""
+    lines = inspect.getsource(function).splitlines()
+    closing = [i for i, line in enumerate(lines) if line.rstrip().endswith('"""')]
+    return lines[closing[-1] + 1:] if closing else lines[1:]
+
+
+@pytest.mark.parametrize("name", ["decode_step_position_not_offset",
+                                  "decode_step_values_not_kept",
+                                  "decode_step_offset_off_by_one",
+                                  "decode_step_mask_ignores_offset"])
+def test_each_decode_fault_is_a_copy_of_decode_step_with_one_line_wrong(name):
+    # a planted mistake is a copy of the function with one line changed, marked, and
+    # never a callable injected into the core
+    ndiff = difflib.ndiff(_body(decode_step), _body(getattr(fk, name)))
+    changed = [line for line in ndiff if line[:2] in ("- ", "+ ")]
+    assert len(changed) == 2, changed
+    removed, added = changed
+    assert removed.startswith("- ") and added.startswith("+ ")
+    assert "the fault" in added
+    assert fk.CORRECT["cache pair"] == (prefill, decode_step)
+    assert [p for p in inspect.signature(decode_step).parameters] == [
+        "params", "cache", "ids", "config"]  # no step to swap
 
 
 def test_values_not_kept_needs_a_second_step_and_then_names_what_raised():

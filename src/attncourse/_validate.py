@@ -8,25 +8,32 @@ one declarative line, :func:`shaped`, with the shapes its docstring states.
 """
 
 import functools
+import math
+import numbers
 import re
 
 import numpy as np
 
-__all__ = ["shaped", "as_float_array", "require_sizes", "require_params"]
+__all__ = ["shaped", "as_float_array", "as_ids", "require_sizes", "require_params",
+           "as_params", "as_number", "as_float_like", "require_bool"]
 
 _ARRAY = re.compile(r"(\w+)\(([^)]*)\)(:int)?")
 
 
 @functools.lru_cache(maxsize=None)
 def _parse(spec):
-    """``"Q(..., T, d) ids(B):int"`` -> ``(("Q", ("...", "T", "d"), False), ...)``."""
-    parsed = tuple(
-        (name, tuple(d.strip() for d in dims.split(",") if d.strip()), bool(integer))
-        for name, dims, integer in _ARRAY.findall(spec)
-    )
+    """``"Q(..., T, d) ids(B):int"`` -> one ``(name, want, tail, lead, integer)`` per
+    array: the shape as written, the named trailing dimensions (a number as an int),
+    whether ``...`` leads, whether integers are asked for."""
+    parsed = []
+    for name, dims, integer in _ARRAY.findall(spec):
+        dims = [d.strip() for d in dims.split(",") if d.strip()]
+        tail = tuple(int(d) if d.isdigit() else d for d in dims if d != "...")
+        parsed.append((name, "(" + ", ".join(dims) + ")", tail, "..." in dims,
+                       bool(integer)))
     if not parsed or "".join(_ARRAY.sub("", spec).split()):
         raise ValueError(f"not a shape spec: {spec!r}")
-    return parsed
+    return tuple(parsed)
 
 
 def shaped(spec, *arrays):
@@ -59,42 +66,43 @@ def shaped(spec, *arrays):
     parsed = _parse(spec)
     if len(parsed) != len(arrays):
         raise ValueError(f"{spec!r} names {len(parsed)} arrays, got {len(arrays)}")
-    sizes, owner, batches, out = {}, {}, {}, []
-    for (name, dims, integer), x in zip(parsed, arrays):
+    sizes, owner, batches, out = {}, {}, [], []
+    for (name, want, tail, lead, integer), x in zip(parsed, arrays):
         if x is None:
             out.append(None)
             continue
-        x = np.asarray(x)
-        if integer:
-            if x.dtype.kind not in "iu":
+        if not (type(x) is np.ndarray and x.dtype.kind == "f" and not integer):
+            x = np.asarray(x)
+            if not integer:
+                x = as_float_array(name, x)
+            elif x.dtype.kind not in "iu":
                 raise ValueError(f"{name} must be an array of integers (token ids), "
                                  f"got dtype {x.dtype}")
-        else:
-            x = as_float_array(name, x)
-        want = "(" + ", ".join(dims) + ")"
-        tail = [d for d in dims if d != "..."]
-        lead = "..." in dims
-        if x.ndim < len(tail) or (not lead and x.ndim != len(tail)):
-            raise ValueError(f"{name} must have shape {want}, got shape {x.shape}")
-        for dim, n in zip(tail, x.shape[x.ndim - len(tail):]):
-            if dim.isdigit() and n != int(dim):
-                raise ValueError(f"{name} must have shape {want}, got shape {x.shape}")
-            if dim in sizes and n != sizes[dim]:
+        shape, k = x.shape, len(tail)
+        if len(shape) < k or (not lead and len(shape) != k):
+            raise ValueError(f"{name} must have shape {want}, got shape {shape}")
+        for dim, n in zip(tail, shape[len(shape) - k:]):
+            if dim.__class__ is int:
+                if n != dim:
+                    raise ValueError(f"{name} must have shape {want}, got shape "
+                                     f"{shape}")
+            elif dim not in sizes:
+                sizes[dim], owner[dim] = n, name
+            elif n != sizes[dim]:
                 raise ValueError(f"{name} must have shape {want} with "
                                  f"{dim}={sizes[dim]} (as in {owner[dim]}), got shape "
-                                 f"{x.shape}")
-            sizes.setdefault(dim, n)
-            owner.setdefault(dim, name)
-        if lead:
-            batches[name] = x.shape[:x.ndim - len(tail)]
+                                 f"{shape}")
+        if lead and len(shape) > k:
+            batches.append((name, shape[:len(shape) - k]))
         out.append(x)
-    try:
-        np.broadcast_shapes(*batches.values())
-    except ValueError:
-        listed = ", ".join(f"{n} {b}" for n, b in batches.items())
-        raise ValueError(
-            f"leading batch dimensions do not broadcast: {listed}"
-        ) from None
+    if len({b for _, b in batches}) > 1:
+        try:
+            np.broadcast_shapes(*(b for _, b in batches))
+        except ValueError:
+            listed = ", ".join(f"{n} {b}" for n, b in batches)
+            raise ValueError(
+                f"leading batch dimensions do not broadcast: {listed}"
+            ) from None
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -124,8 +132,54 @@ def as_float_array(name, x, *, min_ndim=0, ndim=None):
     return x
 
 
+def as_ids(ids, n_vocab, name="ids", *, ndim=None):
+    """Return token ``ids`` as an int64 array, or raise ``ValueError`` naming the values
+    at fault.
+
+    Valid ids are integers ``0 <= id < n_vocab`` (booleans are not ids); any shape is
+    allowed unless ``ndim`` is given, and an empty array of any dtype is an empty array
+    of ids.
+
+    >>> as_ids([2, 0, 2], 3)
+    array([2, 0, 2])
+    >>> as_ids([1, 5, -1], 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: ids out of range for a vocabulary of 3 tokens (valid ids are 0..2):
+    [-1, 5]
+    >>> as_ids([[0, 1]], 3, ndim=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: ids must be 1-D, got shape (1, 2)
+    """
+    require_sizes(n_vocab=n_vocab)
+    ids = np.asarray(ids)
+    if ndim is not None and ids.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {ids.shape}")
+    if ids.size == 0:
+        return ids.astype(np.int64)
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"{name} must be integers, got dtype {ids.dtype}")
+    bad = np.unique(ids[(ids < 0) | (ids >= n_vocab)])
+    if bad.size:
+        shown = ", ".join([str(int(v)) for v in bad[:10]] + ["..."] * (bad.size > 10))
+        raise ValueError(f"{name} out of range for a vocabulary of {n_vocab} tokens "
+                         f"(valid ids are 0..{n_vocab - 1}): [{shown}]")
+    return ids.astype(np.int64)
+
+
+def _is_a(x, kind):
+    """Whether ``x`` is an instance of ``kind`` and not a bool: ``True`` is neither a
+    size nor a number here (the one "int but not a bool" check of the package).
+
+    >>> [_is_a(n, numbers.Integral) for n in (3, np.int64(3), True, np.bool_(True))]
+    [True, True, False, False]
+    """
+    return isinstance(x, kind) and not isinstance(x, (bool, np.bool_))
+
+
 def _is_int(n):
-    return isinstance(n, (int, np.integer)) and not isinstance(n, (bool, np.bool_))
+    return _is_a(n, (int, np.integer))
 
 
 def require_sizes(*, allow_zero=False, **sizes):
@@ -172,3 +226,83 @@ def require_params(layer, params, names):
             f"{layer} params lack {missing}; they need {list(names)}, got keys "
             f"{sorted(params)}"
         )
+
+
+def as_params(layer, params, names):
+    """Return the values ``params`` holds at ``names``, dotted paths into nested dicts
+    (``"gamma beta"``, ``"up.W down.W"``), or raise ``ValueError`` naming the missing.
+
+    >>> as_params("mlp", {"up": {"W": 1.0}, "down": {}}, "up.W down.W")
+    Traceback (most recent call last):
+    ...
+    ValueError: mlp params lack 'down.W'; they need ['up.W', 'down.W']
+    """
+    names = tuple(names.split()) if isinstance(names, str) else tuple(names)
+    require_params(layer, params, tuple(dict.fromkeys(n.split(".")[0] for n in names)))
+    values = []
+    for name in names:
+        node = params
+        for key in name.split("."):
+            if not (isinstance(node, dict) and key in node):
+                raise ValueError(
+                    f"{layer} params lack {name!r}; they need {list(names)}")
+            node = node[key]
+        values.append(node)
+    return tuple(values)
+
+
+def as_number(name, x, interval="(-inf, inf)", *, integer=False, optional=False):
+    """Return ``x`` as a float (an int if ``integer``) if it is a finite real number,
+    not a bool, in ``interval`` (``"[0, 1)"``, ``"(0, inf)"``, ``f"[1, {total}]"``), or
+    raise ``ValueError`` naming it; ``optional=True`` lets ``None`` through.
+
+    >>> as_number("lr", 0.5, "[0, inf)"), as_number("step", 3, "[1, 8]", integer=True)
+    (0.5, 3)
+    >>> as_number("betas[1]", 1.0, "[0, 1)")
+    Traceback (most recent call last):
+    ...
+    ValueError: betas[1] must be a finite number in [0, 1), got 1.0
+    >>> as_number("top_k", True, "[1, inf)", integer=True, optional=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: top_k must be None or an integer in [1, inf), got True
+    """
+    if x is None and optional:
+        return None
+    low, high = (float(end) for end in interval[1:-1].split(","))
+    kind = numbers.Integral if integer else numbers.Real
+    ok = _is_a(x, kind) and math.isfinite(x)
+    if ok and (low < x or (interval[0] == "[" and x == low)) \
+            and (x < high or (interval[-1] == "]" and x == high)):
+        return int(x) if integer else float(x)
+    kind = "an integer" if integer else "a finite number"
+    raise ValueError(f"{name} must be {'None or ' * optional}{kind} in {interval}, "
+                     f"got {x!r}")
+
+
+def as_float_like(name, x, shape, of):
+    """Return ``x`` as a float array of the given ``shape``, that of ``of`` (the array
+    it is the gradient of), or raise ``ValueError``.
+
+    >>> as_float_like("dY", np.ones((3, 2)), (2, 3), "Y (and X)")
+    Traceback (most recent call last):
+    ...
+    ValueError: dY must have the shape of Y (and X), (2, 3), got (3, 2)
+    """
+    x = as_float_array(name, x)
+    if x.shape != tuple(shape):
+        raise ValueError(f"{name} must have the shape of {of}, {tuple(shape)}, "
+                         f"got {x.shape}")
+    return x
+
+
+def require_bool(name, x):
+    """Raise ``ValueError`` unless ``x`` is ``True`` or ``False`` (a numpy bool too).
+
+    >>> require_bool("approximate", "tanh")
+    Traceback (most recent call last):
+    ...
+    ValueError: approximate must be True or False, got 'tanh'
+    """
+    if not isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {x!r}")

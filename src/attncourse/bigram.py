@@ -15,12 +15,11 @@ bigram model can do on a text is its conditional entropy
 
 import numpy as np
 
-from ._validate import as_float_array, require_params, require_sizes
+from ._validate import as_ids, as_number, as_params, require_sizes, shaped
 from .layers.embedding import embedding_backward, embedding_forward
 from .layers.linear import linear_backward, linear_forward
 from .loss import cross_entropy_backward, cross_entropy_forward
 from .softmax import softmax
-from .text import validate_ids
 
 __all__ = [
     "bigram_pairs",
@@ -41,11 +40,9 @@ def bigram_pairs(ids):
     """
     ids = np.asarray(ids)
     if ids.ndim != 1 or ids.size < 2:
-        raise ValueError(
-            "need a 1-D sequence of at least 2 ids to form pairs, got shape "
-            f"{ids.shape}"
-        )
-    return ids[:-1], ids[1:]
+        raise ValueError(f"need a 1-D sequence of at least 2 ids to form pairs, got "
+                         f"shape {ids.shape}")
+    return ids[:-1], ids[1:]  # x_t = ids[t], y_t = ids[t + 1]
 
 
 def bigram_counts(ids, n_vocab):
@@ -56,10 +53,10 @@ def bigram_counts(ids, n_vocab):
     array([[0, 1],
            [1, 1]])
     """
-    ids = validate_ids(ids, n_vocab)
+    ids = as_ids(ids, n_vocab)
     x, y = bigram_pairs(ids)
     C = np.zeros((n_vocab, n_vocab), dtype=np.int64)
-    np.add.at(C, (x, y), 1)
+    np.add.at(C, (x, y), 1)  # C[x_t, y_t] += 1 for every pair
     return C
 
 
@@ -73,17 +70,13 @@ def conditional_entropy(C):
     >>> round(h, 12) == round(float(np.log(2)), 12)
     True
     """
-    C = np.asarray(C, dtype=np.float64)
-    if C.ndim != 2 or C.shape[0] != C.shape[1]:
-        raise ValueError(
-            f"counts must be a square matrix (n_vocab, n_vocab), got shape {C.shape}"
-        )
-    if np.any(C < 0) or not np.all(np.isfinite(C)):
+    C = shaped("C(n_vocab, n_vocab)", np.asarray(C, dtype=np.float64))
+    if not (np.isfinite(C).all() and (C >= 0).all()):
         raise ValueError("counts must be finite and non-negative")
     N = C.sum()
     if N == 0:
         raise ValueError("counts are all zero: the entropy of no data is undefined")
-    row = C.sum(axis=1, keepdims=True)
+    row = C.sum(axis=1, keepdims=True)  # C_a
     seen = C > 0
     # C_ab / C_a where C_ab > 0
     cond = np.where(seen, C, 1.0) / np.where(row > 0, row, 1.0)
@@ -109,15 +102,10 @@ def init_bigram(n_vocab, D, seed=0, scale=0.1):
     }
 
 
-def _check_params(params):
-    require_params("bigram", params, ("embed", "unembed"))
-    E = as_float_array("E", params["embed"]["E"], ndim=2)
-    U = as_float_array("U", params["unembed"]["W"], ndim=2)
-    if U.shape != (E.shape[1], E.shape[0]):
-        raise ValueError(
-            f"need E (n_vocab, D) and U (D, n_vocab), got E {E.shape} and U {U.shape}"
-        )
-    return E, U
+def _as_tables(params):
+    """Return ``E (n_vocab, D)`` and ``U (D, n_vocab)``, or raise ``ValueError``."""
+    E, U = as_params("bigram", params, "embed.E unembed.W")
+    return shaped("E(n_vocab, D) U(D, n_vocab)", E, U)
 
 
 def bigram_loss_and_grads(params, x, y):
@@ -132,7 +120,7 @@ def bigram_loss_and_grads(params, x, y):
     >>> bool(abs(loss - np.log(4)) < 0.05), E.shape, W.shape
     (True, (4, 3), (3, 4))
     """
-    _check_params(params)
+    _as_tables(params)
     X, saved_embed = embedding_forward(params["embed"], x)  # (B, D): row b is E[x_b]
     # (B, D) x (D, n_vocab) -> (B, n_vocab)
     Z, saved_unembed = linear_forward(params["unembed"], X)
@@ -151,7 +139,7 @@ def bigram_probabilities(params):
     >>> bigram_probabilities(init_bigram(3, 2)).sum(axis=1).round(12)
     array([1., 1., 1.])
     """
-    E, U = _check_params(params)
+    E, U = _as_tables(params)
     return softmax(E @ U)  # (n_vocab, D) x (D, n_vocab) -> (n_vocab, n_vocab)
 
 
@@ -167,11 +155,10 @@ def train_bigram(ids, n_vocab, D=8, steps=400, lr=2.0, seed=0):
     >>> bool(losses[-1] < 0.05 < np.log(2) - 0.01 < losses[0])
     True
     """
-    ids = validate_ids(ids, n_vocab)
+    ids = as_ids(ids, n_vocab)
     x, y = bigram_pairs(ids)
     require_sizes(allow_zero=True, steps=steps)
-    if not lr > 0:
-        raise ValueError(f"the learning rate must be positive, got {lr!r}")
+    as_number("the learning rate lr", lr, "(0, inf)")
     params = init_bigram(n_vocab, D, seed=seed)
     losses = np.empty(steps + 1)
     for s in range(steps + 1):

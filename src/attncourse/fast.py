@@ -7,8 +7,8 @@ The same values and gradients as :mod:`attncourse.layers.attention`, with five c
   (``A = diag(1/l) E``) for the backward pass instead of recomputing them, and never
   normalises the ``T x T`` matrix: ``1/l`` scales the ``T x r`` output instead;
 - the row sums ``l`` come out of the product with the values, ``E [V | 1]``;
-- the backward pass uses ``rowsum(dA * A) = rowsum(dO * O)`` (an ``O(T r)`` reduction)
-  and folds ``1/l`` into ``dO``: ``dS = E * ((dO/l) V^T - delta/l)``;
+- the backward pass uses ``rowsum(dA * A) = rowsum(G * O)`` (an ``O(T r)`` reduction)
+  and folds ``1/l`` into ``G``: ``dS = E * ((G/l) V^T - delta/l)``;
 - one head at a time into preallocated buffers, written in place (``out=``), so the
   ``T x T`` work of one head stays in the cache between the steps; the heads (or the
   rows of one head) shared by ``workers`` threads, each with a single-threaded BLAS.
@@ -34,9 +34,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import as_float_array
-from .layers.attention import (_batch_shape, _unbroadcast, causal_mask,
-                               key_padding_mask, validate_qkv)
+from ._validate import as_float_like, require_sizes, shaped
+from .layers.attention import QKV, _unbroadcast, causal_mask, key_padding_mask
 
 __all__ = [
     "FastSaved",
@@ -93,12 +92,9 @@ def default_workers():
 def run_parallel(work, units, workers):
     """Run ``work(unit)`` for every unit; with ``workers > 1`` on that many threads,
     BLAS single-threaded in each (numpy releases the GIL in its loops and products)."""
+    workers = default_workers() if workers is None else workers
+    require_sizes(workers=workers)
     units = list(units)
-    if workers is None:
-        workers = default_workers()
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) \
-            or workers < 1:
-        raise ValueError(f"workers must be a positive integer, got {workers!r}")
     if workers == 1 or len(units) <= 1:
         for unit in units:
             work(unit)
@@ -139,8 +135,8 @@ def fast_attention_forward(Q, K, V, *, causal=False, key_valid=None, workers=Non
     ``workers`` threads (default: the machine's cores) share the heads, or the rows of
     a head when there are fewer heads than workers.
     """
-    Q, K, V = validate_qkv(Q, K, V)
-    batch = _batch_shape(Q=Q, K=K, V=V)
+    Q, K, V = shaped(QKV, Q, K, V)
+    batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
     (T_q, d), (T_k, r) = Q.shape[-2:], V.shape[-2:]
     dtype = np.result_type(Q, K, V)
     hidden = ~causal_mask(T_q, T_k) if causal else None  # (T_q, T_k)
@@ -181,23 +177,20 @@ def fast_attention_forward(Q, K, V, *, causal=False, key_valid=None, workers=Non
     return O.reshape(batch + (T_q, r)), saved
 
 
-def fast_attention_backward(saved, dO, *, workers=None):
-    """Return ``dQ, dK, dV`` for ``dO = dJ/dO`` from the saved exponentials.
+def fast_attention_backward(saved, G, *, workers=None):
+    """Return ``dQ, dK, dV`` for the upstream gradient ``G = dJ/dO`` from the saved
+    exponentials.
 
-    ``delta = rowsum(dO * O)``, ``dS = E * ((dO/l) V^T - delta/l)``,
-    ``dV = E^T (dO/l)``, ``dQ = dS K / sqrt(d)``, ``dK = dS^T (Q / sqrt(d))``; one
+    ``delta = rowsum(G * O)``, ``dS = E * ((G/l) V^T - delta/l)``,
+    ``dV = E^T (G/l)``, ``dQ = dS K / sqrt(d)``, ``dK = dS^T (Q / sqrt(d))``; one
     ``T x T`` buffer per thread, reused head after head. Batch axes that were broadcast
     are summed back.
     """
     Qs, K, V, E, inv_l, O, batch, shapes = saved
-    dO = as_float_array("dO", dO)
     n, T_q, r = O.shape
-    if dO.shape != batch + (T_q, r):
-        raise ValueError(
-            f"dO must have the shape of the output, {batch + (T_q, r)}, got {dO.shape}"
-        )
+    G = as_float_like("G", G, batch + (T_q, r), "the output O")
     dtype = O.dtype
-    dOf = dO.astype(dtype, copy=False).reshape(O.shape)
+    Gf = G.astype(dtype, copy=False).reshape(O.shape)  # (n, T_q, r)
     d, T_k = Qs.shape[-1], K.shape[-2]
     scale = dtype.type(1 / math.sqrt(d))
     workers = _small_is_sequential(workers, n * T_q * T_k)
@@ -214,20 +207,20 @@ def fast_attention_backward(saved, dO, *, workers=None):
         if key not in buffers:  # as many rows as the largest unit
             buffers[key] = np.empty((max(b - a for _, a, b in units), T_k), dtype)
         buf = buffers[key][: i1 - i0]
-        dO_h, E_h, inv_h = dOf[h, i0:i1], E[h, i0:i1], inv_l[h, i0:i1]
-        delta = np.einsum("ij,ij->i", dO_h, O[h, i0:i1])  # rowsum(dA * A), O(T r)
-        dOs = dO_h * inv_h[:, None]  # (rows, r): A = diag(1/l) E
-        np.matmul(dOs, V[h].T, out=buf)  # (rows, r) x (r, T_k) -> (rows, T_k)
+        G_h, E_h, inv_h = Gf[h, i0:i1], E[h, i0:i1], inv_l[h, i0:i1]
+        delta = np.einsum("ij,ij->i", G_h, O[h, i0:i1])  # rowsum(dA * A), O(T r)
+        G_l = G_h * inv_h[:, None]  # (rows, r): G / l, as A = diag(1/l) E
+        np.matmul(G_l, V[h].T, out=buf)  # (rows, r) x (r, T_k) -> (rows, T_k)
         np.subtract(buf, (delta * inv_h)[:, None], out=buf)
-        np.multiply(buf, E_h, out=buf)  # dS
+        np.multiply(buf, E_h, out=buf)  # buf holds dS = E * ((G/l) V^T - delta/l)
         np.matmul(buf, K[h], out=dQ[h, i0:i1])  # (rows, T_k) x (T_k, d) -> (rows, d)
         dQ[h, i0:i1] *= scale
         if whole:
-            np.matmul(E_h.T, dOs, out=dV[h])  # (T_k, rows) x (rows, r) -> (T_k, r)
+            np.matmul(E_h.T, G_l, out=dV[h])  # (T_k, rows) x (rows, r) -> (T_k, r)
             np.matmul(buf.T, Qs[h], out=dK[h])  # (T_k, rows) x (rows, d) -> (T_k, d)
             return
         parts[unit] = (
-            E_h.T @ dOs,  # (T_k, rows) x (rows, r) -> (T_k, r)
+            E_h.T @ G_l,  # (T_k, rows) x (rows, r) -> (T_k, r)
             buf.T @ Qs[h, i0:i1],
         )  # (T_k, rows) x (rows, d) -> (T_k, d)
 
@@ -270,11 +263,11 @@ def fast_causal_attention(
 
 
 def fast_causal_attention_backward(
-    query, key, value, dO, query_offset=0, *, key_valid=None
+    query, key, value, G, query_offset=0, *, key_valid=None
 ):
     """``dquery, dkey, dvalue`` of :func:`fast_causal_attention` (no dropout)."""
     _no_offset(query_offset)
     _, saved = fast_attention_forward(
         query, key, value, causal=True, key_valid=key_valid
     )
-    return fast_attention_backward(saved, dO)
+    return fast_attention_backward(saved, G)

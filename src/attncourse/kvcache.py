@@ -15,9 +15,10 @@ sequence (``D = H d = H r``).
 :func:`prefill` **is** the model's forward pass
 (:func:`attncourse.model.model_forward`); it keeps the keys and values the blocks
 computed. :func:`decode_step` runs the same layers on one new position: the embedding,
-the position row ``t`` (the positions are offset too), and in every block LayerNorm, the
-projections, attention of the one query at ``query_offset = t`` over the ``t + 1`` keys,
-the output projection, the MLP and the two residuals, then the final norm and the
+the position row ``t`` (the positions are offset too), and every block's own
+:func:`~attncourse.layers.block.block_forward` (LayerNorm, the projections, attention of
+the one query at ``query_offset = t`` over the cached keys and its own, ``t + 1`` in
+all, the output projection, the MLP and the two residuals), then the final norm and the
 logits. Its logits equal the last row of the full forward pass on the whole prefix
 (float64, within ``1e-12``:
 :func:`attncourse.kit.kvcache.assert_decoding_equals_recompute`).
@@ -41,20 +42,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import require_sizes
-from .layers.attention import (_batch_shape, causal_attention,
-                               causal_attention_backward, causal_visible, validate_qkv,
-                               validate_query_offset)
+from ._validate import require_sizes, shaped
+from .layers.attention import (_batch_shape, _validate_causal, causal_attention,
+                               causal_attention_backward, causal_visible)
+from .layers.block import block_forward
 from .layers.embedding import embedding_forward
-from .layers.head import project
 from .layers.layernorm import layernorm_forward
 from .layers.linear import linear_forward
-from .layers.mlp import mlp_forward
-from .layers.multihead import merge_heads, split_heads
 from .layers.positions import positions_forward
-from .model import ModelConfig, _check_params, _unembedding, model_forward
+from .model import _require_config, _require_model, _unembedding, model_forward
 from .sample import _require_rng, _require_settings, sample
-from .text import validate_ids
+from ._validate import as_ids
 
 __all__ = [
     "BlockCache",
@@ -95,16 +93,10 @@ def cache_nbytes(cache):
     return int(sum(b.keys.nbytes + b.values.nbytes for b in cache.blocks))
 
 
-def _require_config(config):
-    if not isinstance(config, ModelConfig):
-        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
-
-
-def _harvest(saved):
-    """The keys and values each block computed, from the forward pass's ``saved``."""
-    return tuple(BlockCache(np.ascontiguousarray(s["attn"]["K"]),
-                            np.ascontiguousarray(s["attn"]["V"]))
-                 for s in saved["blocks"])
+def _kept(saved):
+    """The keys and values a block computed, from its forward pass's ``saved``."""
+    attn = saved["attn"]  # keys (..., H, t, d), values (..., H, t, r)
+    return BlockCache(np.ascontiguousarray(attn["K"]), np.ascontiguousarray(attn["V"]))
 
 
 def prefill(params, ids, *, config, key_valid=None):
@@ -118,47 +110,13 @@ def prefill(params, ids, *, config, key_valid=None):
     """
     logits, saved = model_forward(params, ids, config=config, key_valid=key_valid)
     kv = None if key_valid is None else np.array(key_valid, dtype=bool)
-    return logits, KVCache(_harvest(saved), int(np.shape(ids)[-1]), kv)
-
-
-def _offset_positions(params, X, position):
-    """Add the position row ``position`` to ``X (..., 1, D)``: positions_forward on the
-    table from that row on."""
-    return positions_forward({"P": np.asarray(params["P"])[position:]}, X)[0]
-
-
-def _attend_cached(Q, keys, values, position, key_valid):
-    """The new query at position ``position`` reads the keys ``0 .. position``."""
-    return causal_attention(Q, keys, values, query_offset=position, key_valid=key_valid)
-
-
-def _store(past, keys, values):
-    """The cache of a block after this step: the keys and values so far."""
-    return BlockCache(keys, values)
-
-
-def _block_step(params, X, past, position, key_valid, config, attend, store):
-    """One block on the new position ``X (..., 1, D)``: the layers of block_forward,
-    with attention reading the cached keys and values."""
-    N1, _ = layernorm_forward(params["ln1"], X, eps=config.eps)  # (..., 1, D)
-    attn = params["attn"]
-    # (..., 1, D) x (D, H d) -> (..., 1, H d); V: (..., 1, H r)
-    Q, K, V = project(N1, attn["W_Q"], attn["W_K"], attn["W_V"])
-    Q, K, V = (split_heads(M, config.heads) for M in (Q, K, V))  # (..., H, 1, w)
-    keys = np.concatenate([past.keys, K], axis=-2)  # (..., H, t + 1, d)
-    values = np.concatenate([past.values, V], axis=-2)  # (..., H, t + 1, r)
-    head_valid = None if key_valid is None else key_valid[..., None, :]  # (..., 1, t+1)
-    O, _ = attend(Q, keys, values, position, head_valid)  # (..., H, 1, r)
-    H = X + merge_heads(O) @ np.asarray(attn["W_O"])  # (..., 1, H r) x (H r, D)
-    N2, _ = layernorm_forward(params["ln2"], H, eps=config.eps)
-    M, _ = mlp_forward(params["mlp"], N2, approximate=config.approximate_gelu)
-    return H + M, store(past, keys, values)
+    blocks = tuple(_kept(s) for s in saved["blocks"])
+    return logits, KVCache(blocks, int(np.shape(ids)[-1]), kv)
 
 
 def _check_step(params, cache, ids, config):
     """Return ``ids`` as int64 of the cache's batch shape, or raise ``ValueError``."""
-    _require_config(config)
-    _check_params(params, config)
+    _require_model(params, config)
     if not isinstance(cache, KVCache) or len(cache.blocks) != config.layers:
         got = (f"{len(cache.blocks)} blocks" if isinstance(cache, KVCache)
                else type(cache).__name__)
@@ -176,7 +134,7 @@ def _check_step(params, cache, ids, config):
     if kv is not None and np.shape(kv)[-1:] != (t,):
         raise ValueError(f"cache.key_valid must have shape (..., position) = "
                          f"(..., {t}), got {np.shape(kv)}")
-    ids = validate_ids(ids, config.n_vocab)
+    ids = as_ids(ids, config.n_vocab)
     batch = cache.blocks[0].keys.shape[:-3]
     if ids.shape != batch:
         raise ValueError(f"decode_step takes one token per sequence: ids must have the "
@@ -187,35 +145,34 @@ def _check_step(params, cache, ids, config):
     return ids
 
 
-def _decode(params, cache, ids, config, *, positions=_offset_positions,
-            attend=_attend_cached, store=_store):
-    """:func:`decode_step` with three steps as arguments (the faults swap them)."""
+def decode_step(params, cache, ids, *, config):
+    """Feed one token per sequence, ``ids`` of the cache's batch shape; return
+    ``logits (..., n_vocab), cache`` with the cache one position longer.
+
+    The layers of :func:`attncourse.model.model_forward` on the one new position: the
+    token sits at position ``t = cache.position``, so it gets the position row ``t``,
+    and every block (:func:`attncourse.layers.block.block_forward`) reads the block's
+    cached keys and values (``past``) with its query at ``query_offset = t``. The
+    block's new keys and values, ``t + 1`` of each, are the new cache. The logits equal
+    the last row of ``model_forward`` on the whole prefix. A full cache
+    (``t = config.T_max``) raises ``ValueError``.
+    """
     ids = _check_step(params, cache, ids, config)
     t = cache.position
     X, _ = embedding_forward(params["embed"], ids[..., None])  # (..., 1, D)
-    X = positions(params["pos"], X, t)  # + P[t]
+    X, _ = positions_forward({"P": np.asarray(params["pos"]["P"])[t:]}, X)  # + P[t]
     key_valid = cache.key_valid
     if key_valid is not None:  # the new token is real
         key_valid = np.concatenate([key_valid, np.ones(ids.shape + (1,), bool)], -1)
     blocks = []
     for block, past in zip(params["blocks"], cache.blocks):
-        X, past = _block_step(block, X, past, t, key_valid, config, attend, store)
-        blocks.append(past)
+        X, saved = block_forward(block, X, heads=config.heads, key_valid=key_valid,
+                                 eps=config.eps, approximate=config.approximate_gelu,
+                                 past=past, query_offset=t)  # (..., 1, D)
+        blocks.append(_kept(saved))  # the t + 1 keys and values so far
     H, _ = layernorm_forward(params["ln_f"], X, eps=config.eps)
     Z, _ = linear_forward(_unembedding(params, config.tied), H)  # (..., 1, n_vocab)
     return Z[..., 0, :], KVCache(tuple(blocks), t + 1, key_valid)
-
-
-def decode_step(params, cache, ids, *, config):
-    """Feed one token per sequence, ``ids`` of the cache's batch shape; return
-    ``logits (..., n_vocab), cache`` with the cache one position longer.
-
-    The token sits at position ``t = cache.position``: it gets the position row ``t``,
-    and in every block its query reads the ``t + 1`` keys with ``query_offset = t``.
-    The logits equal the last row of ``model_forward`` on the whole prefix. A full
-    cache (``t = config.T_max``) raises ``ValueError``.
-    """
-    return _decode(params, cache, ids, config)
 
 
 def generate_cached(params, prompt, n_new, *, config, rng, temperature=1.0,
@@ -237,7 +194,7 @@ def generate_cached(params, prompt, n_new, *, config, rng, temperature=1.0,
     if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
         raise ValueError(f"prompt must be token ids of shape (t,) or (batch, t) with "
                          f"t >= 1, got shape {ids.shape}")
-    ids = validate_ids(ids, config.n_vocab, name="prompt")
+    ids = as_ids(ids, config.n_vocab, name="prompt")
     logits, cache = prefill(params, ids[..., -config.T_max:], config=config)
     logits = logits[..., -1, :]
     for step in range(n_new):
@@ -265,10 +222,10 @@ def _steps(Q, K, V, query_offset, key_valid):
 
 
 def _validate(query, key, value, query_offset, key_valid):
-    Q, K, V = validate_qkv(query, key, value)
-    validate_query_offset(query_offset, Q, K)
-    if key_valid is not None:  # validated against all the keys, as the reference does
-        causal_visible(Q, K, V, query_offset, key_valid)
+    """``Q, K, V`` as :func:`attncourse.causal_attention` validates them, ``key_valid``
+    against all the keys, as the reference does."""
+    Q, K, V = _validate_causal(query, key, value, query_offset)
+    causal_visible(Q, K, V, query_offset, key_valid)  # raises on a bad key_valid
     return Q, K, V
 
 
@@ -286,7 +243,7 @@ def incremental_attention(query, key, value, query_offset=0, dropout=None, *,
            [3. ]])
     """
     Q, K, V = _validate(query, key, value, query_offset, key_valid)
-    batch = _batch_shape(Q=Q, K=K, V=V)
+    batch = _batch_shape(Q, K, V)
     T_q, T_k = Q.shape[-2], K.shape[-2]
     O = np.zeros(batch + (T_q, V.shape[-1]))
     A = np.zeros(batch + (T_q, T_k))
@@ -299,20 +256,23 @@ def incremental_attention(query, key, value, query_offset=0, dropout=None, *,
     return O, A
 
 
-def incremental_attention_backward(query, key, value, dO, query_offset=0, *,
+def incremental_attention_backward(query, key, value, G, query_offset=0, *,
                                    key_valid=None):
-    """The backward pass of :func:`incremental_attention`: each step's gradients, the
-    keys' and values' added over the steps that read them."""
+    """The backward pass of :func:`incremental_attention` for ``G = dJ/d output``:
+    each step's gradients (:func:`attncourse.causal_attention_backward`), the keys' and
+    values' added over the steps that read them. The gradients have the dtype the
+    reference's would have."""
     Q, K, V = _validate(query, key, value, query_offset, key_valid)
-    dO = np.asarray(dO, dtype=np.float64)
-    want = _batch_shape(Q=Q, K=K, V=V) + (Q.shape[-2], V.shape[-1])
-    if dO.shape != want:
-        raise ValueError(f"dO must have the shape of the output, {want}, "
-                         f"got {dO.shape}")
-    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    G = shaped("G(..., T_q, r)", G)
+    want = _batch_shape(Q, K, V) + (Q.shape[-2], V.shape[-1])
+    if G.shape != want:
+        raise ValueError(f"G must have the shape of the output, {want}, "
+                         f"got {G.shape}")
+    dtype = np.result_type(Q, K, V, G)
+    dQ, dK, dV = (np.zeros(x.shape, dtype) for x in (Q, K, V))
     for i, p, q, kv in _steps(Q, K, V, query_offset, key_valid):
         dq, dk, dv = causal_attention_backward(q, K[..., :p, :], V[..., :p, :],
-                                               dO[..., i: i + 1, :], p - 1,
+                                               G[..., i: i + 1, :], p - 1,
                                                key_valid=kv)
         dQ[..., i: i + 1, :] = dq
         dK[..., :p, :] += dk

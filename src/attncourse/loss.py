@@ -21,14 +21,12 @@ The loss has no parameters: its ``params`` is the empty dict, and so is its ``dp
 
 import numpy as np
 
-from ._validate import as_float_array
+from ._validate import as_float_array, as_float_like, as_ids
 from .layers.embedding import one_hot
 from .softmax import logsumexp, softmax
-from .text import validate_ids
 
 __all__ = [
     "REDUCTION",
-    "validate_logits_targets",
     "cross_entropy",
     "cross_entropy_forward",
     "cross_entropy_backward",
@@ -37,50 +35,39 @@ __all__ = [
 REDUCTION = "mean"
 
 
-def validate_logits_targets(Z, y):
-    """Return ``Z`` (float) and ``y`` (int64) or raise ``ValueError`` naming the shapes
-    or values at fault.
-
-    >>> validate_logits_targets(np.zeros((4, 5)), np.array([0, 1, 2]))
-    Traceback (most recent call last):
-    ...
-    ValueError: targets y must have shape Z.shape[:-1] = (4,), got y of shape (3,)
-    for Z of shape (4, 5)
-    """
+def _as_logits_targets(Z, y, params=None):
+    """Return ``Z`` (float) and ``y`` (int64) or raise ``ValueError`` naming the shapes,
+    values or ``params`` at fault."""
+    if params:
+        raise ValueError(f"cross_entropy has no parameters; params must be {{}}, got "
+                         f"keys {sorted(params)}")
     Z = as_float_array("Z", Z)
-    if Z.ndim < 1 or Z.shape[-1] == 0:
-        raise ValueError(
-            f"Z must have a non-empty last axis of logits, got shape {Z.shape}"
-        )
-    y = np.asarray(y)
-    if y.shape != Z.shape[:-1]:
-        raise ValueError(
-            f"targets y must have shape Z.shape[:-1] = {Z.shape[:-1]}, got y of shape "
-            f"{y.shape} for Z of shape {Z.shape}"
-        )
-    if y.size == 0:
-        raise ValueError(
-            f"the mean over an empty batch is undefined: y has shape {y.shape}"
-        )
-    if not np.all(np.isfinite(Z)):
-        raise ValueError(
-            "Z contains NaN or infinity; logits must be finite (large finite values "
-            "are fine)"
-        )
-    return Z, validate_ids(y, Z.shape[-1], name="targets y")
+    if Z.shape[-1:] in ((), (0,)) or np.shape(y) != Z.shape[:-1]:
+        raise ValueError(f"logits Z must have shape y.shape + (n_vocab,), n_vocab >= 1:"
+                         f" got Z of shape {Z.shape}, targets y of shape {np.shape(y)}")
+    if np.size(y) == 0:
+        raise ValueError("no targets: the mean over an empty batch is undefined")
+    if not np.isfinite(Z).all():
+        raise ValueError("Z contains NaN or infinity; logits must be finite")
+    return Z, as_ids(y, Z.shape[-1], name="targets y")
 
 
 def cross_entropy(Z, y):
-    """Return the mean over all predictions of ``-log softmax(z)_y``, as a float,
-    without overflow.
+    """Return the mean over all ``N = y.size`` predictions of
+    ``-log softmax(z)_y = logsumexp(z) - z_y``, as a float, without overflow.
 
     >>> cross_entropy(np.array([1000.0, -1000.0]), np.array(0))
     0.0
     >>> cross_entropy(np.array([1000.0, -1000.0]), np.array(1))
     2000.0
+    >>> cross_entropy(np.zeros((4, 5)), np.array([0, 1, 2]))
+    Traceback (most recent call last):
+    ...
+    ValueError: logits Z must have shape y.shape + (n_vocab,), n_vocab >= 1: got Z of
+    shape (4, 5), targets y of shape (3,)
     """
-    Z, y = validate_logits_targets(Z, y)
-    z_y = np.take_along_axis(Z, y[..., None], axis=-1)[..., 0]
+    Z, y = _as_logits_targets(Z, y)
+    z_y = np.take_along_axis(Z, y[..., None], axis=-1)[..., 0]  # (...,): z at y
     return float(np.mean(logsumexp(Z) - z_y))  # -log p_y = log sum_k exp(z_k) - z_y
 
 
@@ -96,12 +83,7 @@ def cross_entropy_forward(params, Z, *, targets):
     ...
     ValueError: cross_entropy has no parameters; params must be {}, got keys ['W']
     """
-    if params:
-        raise ValueError(
-            f"cross_entropy has no parameters; params must be {{}}, got keys "
-            f"{sorted(params)}"
-        )
-    Z, y = validate_logits_targets(Z, targets)
+    Z, y = _as_logits_targets(Z, targets, params)
     return cross_entropy(Z, y), {"Z": Z, "targets": y}
 
 
@@ -117,10 +99,7 @@ def cross_entropy_backward(params, saved, dloss):
     array([[-0.25,  0.25],
            [-0.25,  0.25]])
     """
+    dloss = as_float_like("dloss", dloss, (), "the loss (a scalar)")
     Z, y = saved["Z"], saved["targets"]
-    dloss = as_float_array("dloss", dloss)
-    if dloss.shape != ():
-        raise ValueError(
-            f"dloss must be a scalar (the loss is one number), got shape {dloss.shape}"
-        )
+    # (..., n_vocab): dZ = dloss (p - onehot(y)) / N
     return {}, float(dloss) * (softmax(Z) - one_hot(y, Z.shape[-1])) / y.size

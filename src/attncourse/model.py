@@ -36,13 +36,15 @@ and keeps the total added variance independent of the depth.
 """
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import as_float_array, require_params, require_sizes
+from ._validate import (as_float_array, as_float_like, as_ids, as_number, require_bool,
+                        require_params, require_sizes)
 from .layers.block import block_backward, block_forward, init_block
 from .layers.embedding import embedding_backward, embedding_forward
 from .layers.layernorm import init_layernorm, layernorm_backward, layernorm_forward
@@ -50,7 +52,6 @@ from .layers.linear import linear_backward, linear_forward
 from .layers.positions import positions_backward, positions_forward
 from .loss import cross_entropy_backward, cross_entropy_forward
 from .params import flatten_params, unflatten_params
-from .text import validate_ids
 
 __all__ = [
     "ModelConfig",
@@ -98,16 +99,9 @@ class ModelConfig:
     def __post_init__(self):
         require_sizes(n_vocab=self.n_vocab, T_max=self.T_max, D=self.D,
                       heads=self.heads, layers=self.layers, ratio=self.ratio)
-        for name in ("tied", "approximate_gelu"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ValueError(f"{name} must be True or False, got {value!r}")
-        eps = self.eps
-        if isinstance(eps, (bool, np.bool_)) or not isinstance(
-                eps, (int, float, np.integer, np.floating)):
-            raise ValueError(f"eps must be a positive number, got {eps!r}")
-        if not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"eps must be a finite number > 0, got {eps!r}")
+        require_bool("tied", self.tied)
+        require_bool("approximate_gelu", self.approximate_gelu)
+        as_number("eps", self.eps, "(0, inf)")
         if self.D % self.heads:
             raise ValueError(f"D={self.D} must be divisible by heads={self.heads}: "
                              "each head gets D // heads features")
@@ -151,10 +145,7 @@ def init_model(config, seed=0, *, std=0.02):
     (['blocks', 'embed', 'ln_f', 'pos'], 2, ['attn', 'ln1', 'ln2', 'mlp'])
     """
     _require_config(config)
-    if isinstance(std, (bool, np.bool_)) or not (
-            isinstance(std, (int, float, np.integer, np.floating))
-            and math.isfinite(std) and std > 0):
-        raise ValueError(f"std must be a finite number > 0, got {std!r}")
+    as_number("std", std, "(0, inf)")
     rng = np.random.default_rng(seed)
     n_vocab, D, L = config.n_vocab, config.D, config.layers
     # the structure (names, shapes, gains, biases) of a block; its weights are redrawn
@@ -182,44 +173,58 @@ def count_parameters(params):
     return int(sum(np.size(value) for value in flatten_params(params).values()))
 
 
-def _check_params(params, config):
-    """Raise ``ValueError`` unless ``params`` has the layers and tables of a config."""
-    names = ("embed", "pos", "blocks", "ln_f") + (() if config.tied else ("unembed",))
-    require_params("model", params, names)
-    if config.tied and "unembed" in params:
-        raise ValueError("a tied model has no 'unembed' parameters: its logits use E^T")
+@functools.lru_cache(maxsize=32)
+def _layout(config):
+    """``{dotted path: shape}`` of every array a model of ``config`` holds."""
+    return {path: np.shape(x) for path, x in flatten_params(init_model(config)).items()}
+
+
+def _require_arrays(shapes, config, where):
+    """Raise ``ValueError`` unless ``shapes`` (``{dotted path: shape}``) names exactly
+    the arrays of a model of ``config``, each with the shape the config gives it."""
+    want = _layout(config)
+    missing, extra = sorted(set(want) - set(shapes)), sorted(set(shapes) - set(want))
+    hint = " (a tied model has no 'unembed': Z = H E^T)" if "unembed.W" in extra else ""
+    if missing or extra:
+        raise ValueError(f"{where} do not match the config: missing {missing}, "
+                         f"extra {extra}{hint}")
+    for path, shape in want.items():
+        if shapes[path] != shape:
+            raise ValueError(f"{where}: {path} has shape {shapes[path]}, "
+                             f"the config needs {shape}")
+
+
+def _require_model(params, config):
+    """Raise ``ValueError`` unless ``params`` are the nested arrays of a model of
+    ``config``."""
+    _require_config(config)
+    require_params("model", params, ("blocks",))
     blocks = params["blocks"]
-    if not isinstance(blocks, (list, tuple)) or len(blocks) != config.layers:
-        is_list = isinstance(blocks, (list, tuple))
-        got = len(blocks) if is_list else type(blocks).__name__
+    listed = isinstance(blocks, (list, tuple))
+    if not listed or len(blocks) != config.layers:
+        got = len(blocks) if listed else type(blocks).__name__
         raise ValueError(f"params['blocks'] must be a list of config.layers="
                          f"{config.layers} blocks, got {got}")
-    tables = [("E", params["embed"], "E", (config.n_vocab, config.D)),
-              ("P", params["pos"], "P", (config.T_max, config.D))]
-    if not config.tied:
-        tables.append(("U", params["unembed"], "W", (config.D, config.n_vocab)))
-    for label, layer, key, shape in tables:
-        require_params(label, layer, (key,))
-        if np.shape(layer[key]) != shape:
-            raise ValueError(f"{label} must have shape {shape} for this config, "
-                             f"got {np.shape(layer[key])}")
+    shapes = {path: np.shape(x) for path, x in flatten_params(params).items()}
+    _require_arrays(shapes, config, "params")
 
 
-def _check_inputs(ids, key_valid, config):
-    """Return ``ids`` (int64) and ``key_valid`` (or None), or raise ``ValueError``."""
-    ids = validate_ids(ids, config.n_vocab)
+def _require_inputs(params, ids, key_valid, config):
+    """Return ``ids`` (int64) and ``key_valid`` (or None) for a forward pass of a model
+    with ``params`` and ``config``, or raise ``ValueError`` naming what is wrong."""
+    _require_model(params, config)
+    ids = as_ids(ids, config.n_vocab)
     if ids.ndim < 1 or ids.shape[-1] == 0:
         raise ValueError(f"ids must have shape (..., T) with T >= 1, "
                          f"got shape {ids.shape}")
     if ids.shape[-1] > config.T_max:
         raise ValueError(f"ids have T={ids.shape[-1]} positions, more than "
                          f"config.T_max={config.T_max}")
-    if key_valid is not None:
-        key_valid = np.asarray(key_valid)
-        if key_valid.dtype != np.bool_ or key_valid.shape != ids.shape:
-            raise ValueError(f"key_valid must be a boolean array of the shape of ids, "
-                             f"{ids.shape}, got {key_valid.dtype} of shape "
-                             f"{key_valid.shape}")
+    if key_valid is not None and (np.asarray(key_valid).dtype != np.bool_
+                                  or np.shape(key_valid) != ids.shape):
+        raise ValueError(f"key_valid must be a boolean array of the shape of ids, "
+                         f"{ids.shape}, got {np.asarray(key_valid).dtype} of shape "
+                         f"{np.shape(key_valid)}")
     return ids, key_valid
 
 
@@ -230,68 +235,13 @@ def _unembedding(params, tied):
     return params["unembed"]
 
 
-def _forward(params, ids, config, key_valid, add_positions):
-    """The forward pass with the positions step as an argument (a fault swaps it)."""
-    _require_config(config)
-    _check_params(params, config)
-    ids, key_valid = _check_inputs(ids, key_valid, config)
-    X, saved_embed = embedding_forward(params["embed"], ids)  # (..., T) -> (..., T, D)
-    X, saved_pos = add_positions(params["pos"], X)  # (..., T, D) + (T, D)
-    saved_blocks = []
-    for block in params["blocks"]:
-        X, saved_block = block_forward(block, X, heads=config.heads,
-                                       key_valid=key_valid, eps=config.eps,
-                                       approximate=config.approximate_gelu)
-        saved_blocks.append(saved_block)
-    H, saved_ln_f = layernorm_forward(params["ln_f"], X, eps=config.eps)
-    unembed = _unembedding(params, config.tied)
-    Z, saved_unembed = linear_forward(unembed, H)  # (..., T, D) x (D, n) -> (..., T, n)
-    saved = {"embed": saved_embed, "pos": saved_pos, "blocks": saved_blocks,
-             "ln_f": saved_ln_f, "unembed": saved_unembed, "tied": config.tied}
-    return Z, saved
-
-
-def _add_tied(lookup, unembedding):
-    """The two uses of a tied ``E`` add: the lookup's gradient and the unembedding's."""
-    return lookup + unembedding
-
-
-def _backward(params, saved, dlogits, *, final_norm=layernorm_backward,
-              positions=positions_backward, tie=_add_tied):
-    """The backward pass with three steps as arguments (faults swap them)."""
-    tied = saved["tied"]
-    if tied == ("unembed" in params):
-        raise ValueError(f"params and saved disagree: the forward pass was "
-                         f"{'tied' if tied else 'untied'}, params "
-                         f"{'have' if 'unembed' in params else 'lack'} 'unembed'")
-    unembed = _unembedding(params, tied)
-    H = saved["unembed"]["X"]
-    dlogits = as_float_array("dlogits", dlogits)
-    want = H.shape[:-1] + (np.shape(unembed["W"])[1],)
-    if dlogits.shape != want:
-        raise ValueError(f"dlogits must have the shape of the logits, {want}, "
-                         f"got {dlogits.shape}")
-    d_unembed, dH = linear_backward(unembed, saved["unembed"], dlogits)
-    d_ln_f, dX = final_norm(params["ln_f"], saved["ln_f"], dH)
-    d_blocks = [None] * len(params["blocks"])
-    for i in reversed(range(len(params["blocks"]))):
-        d_blocks[i], dX = block_backward(params["blocks"][i], saved["blocks"][i], dX)
-    d_pos, dX = positions(params["pos"], saved["pos"], dX)
-    d_embed, _ = embedding_backward(params["embed"], saved["embed"], dX)
-    dparams = {"embed": d_embed, "pos": d_pos, "blocks": d_blocks, "ln_f": d_ln_f}
-    if tied:  # dW is dJ/d(E^T): transpose it back to E's shape, then add the uses
-        dparams["embed"] = {"E": tie(d_embed["E"], d_unembed["W"].T)}
-    else:
-        dparams["unembed"] = d_unembed
-    return dparams, None
-
-
 def model_forward(params, ids, *, config, key_valid=None):
     """Return ``logits (..., T, n_vocab), saved`` for token ids ``(..., T)``.
 
-    ``key_valid`` (optional, boolean, the shape of ``ids``) marks the real tokens:
-    padded keys get weight exactly 0 in every head of every block. Attention is causal,
-    so the logits at ``t`` depend on ``ids[..., :t + 1]`` only.
+    ``X = E[ids] + P[:T]``, ``L`` blocks, ``H = LN_f(X)``, ``Z = H U`` (``U = E^T``
+    when tied). ``key_valid`` (optional, boolean, the shape of ``ids``) marks the real
+    tokens: padded keys get weight exactly 0 in every head of every block. Attention is
+    causal, so the logits at ``t`` depend on ``ids[..., :t + 1]`` only.
 
     >>> config = ModelConfig(n_vocab=5, T_max=4, D=4, heads=2, layers=1)
     >>> model_forward(init_model(config), np.array([1, 2, 3, 4, 0]), config=config)
@@ -299,14 +249,43 @@ def model_forward(params, ids, *, config, key_valid=None):
     ...
     ValueError: ids have T=5 positions, more than config.T_max=4
     """
-    return _forward(params, ids, config, key_valid, positions_forward)
+    ids, key_valid = _require_inputs(params, ids, key_valid, config)
+    X, saved_embed = embedding_forward(params["embed"], ids)  # (..., T) -> (..., T, D)
+    X, saved_pos = positions_forward(params["pos"], X)  # (..., T, D) + (T, D)
+    saved_blocks = []
+    for block in params["blocks"]:
+        X, saved_block = block_forward(block, X, heads=config.heads,
+                                       key_valid=key_valid, eps=config.eps,
+                                       approximate=config.approximate_gelu)
+        saved_blocks.append(saved_block)
+    H, saved_ln_f = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    unembed = _unembedding(params, config.tied)  # {"W": U}, U = E^T when tied
+    Z, saved_unembed = linear_forward(unembed, H)  # (..., T, D) x (D, n) -> (..., T, n)
+    saved = {"embed": saved_embed, "pos": saved_pos, "blocks": saved_blocks,
+             "ln_f": saved_ln_f, "unembed": saved_unembed, "tied": config.tied}
+    return Z, saved
 
 
-def model_backward(params, saved, dlogits):
-    """Return ``dparams, None``: gradients nested like ``params`` (ids have none).
+def _require_gradient(params, saved, dZ):
+    """Return the unembedding's params ``{"W": U}`` and ``dZ`` (float), or raise
+    ``ValueError`` unless ``params`` match the forward pass of ``saved`` and ``dZ`` its
+    logits."""
+    tied, untied = saved["tied"], "unembed" in params
+    if tied == untied:
+        raise ValueError(f"params and saved disagree: the forward pass was "
+                         f"{'tied' if tied else 'untied'}, params "
+                         f"{'have' if untied else 'lack'} 'unembed'")
+    unembed = _unembedding(params, tied)
+    Z_shape = saved["unembed"]["X"].shape[:-1] + (np.shape(unembed["W"])[1],)
+    return unembed, as_float_like("dZ", dZ, Z_shape, "the logits Z")
+
+
+def model_backward(params, saved, dZ):
+    """Return ``dparams, None`` for ``dZ = dJ/dZ``, the gradient of the logits:
+    gradients nested like ``params`` (ids have none).
 
     The layers' backward passes in reverse order; with tied weights ``dE`` is the sum
-    of the embedding's and the unembedding's gradients.
+    of the embedding's and the unembedding's gradients, ``dE = dE_lookup + dU^T``.
 
     >>> config = ModelConfig(n_vocab=5, T_max=4, D=4, heads=2, layers=1, tied=True)
     >>> params = init_model(config)
@@ -315,7 +294,20 @@ def model_backward(params, saved, dlogits):
     >>> dparams["embed"]["E"].shape, "unembed" in dparams, dids
     ((5, 4), False, None)
     """
-    return _backward(params, saved, dlogits)
+    unembed, dZ = _require_gradient(params, saved, dZ)
+    d_unembed, dH = linear_backward(unembed, saved["unembed"], dZ)  # dH = dZ U^T
+    d_ln_f, dX = layernorm_backward(params["ln_f"], saved["ln_f"], dH)
+    d_blocks = [None] * len(params["blocks"])
+    for i in reversed(range(len(params["blocks"]))):
+        d_blocks[i], dX = block_backward(params["blocks"][i], saved["blocks"][i], dX)
+    d_pos, dX = positions_backward(params["pos"], saved["pos"], dX)
+    d_embed, _ = embedding_backward(params["embed"], saved["embed"], dX)
+    dparams = {"embed": d_embed, "pos": d_pos, "blocks": d_blocks, "ln_f": d_ln_f}
+    if saved["tied"]:  # U = E^T: dU^T has E's shape; add the two uses
+        dparams["embed"] = {"E": d_embed["E"] + d_unembed["W"].T}
+    else:
+        dparams["unembed"] = d_unembed
+    return dparams, None
 
 
 def model_loss(params, ids, targets, *, config, key_valid=None, counted=None):
@@ -335,31 +327,31 @@ def model_loss(params, ids, targets, *, config, key_valid=None, counted=None):
     >>> bool(abs(loss - np.log(7)) < 0.01), grads["unembed"]["W"].shape
     (True, (4, 7))
     """
-    logits, saved = model_forward(params, ids, config=config, key_valid=key_valid)
-    targets = np.asarray(targets)
-    if targets.shape != logits.shape[:-1]:
-        raise ValueError(f"targets must have the shape of ids, {logits.shape[:-1]}, "
-                         f"got {targets.shape}")
-    if key_valid is None:
-        real = np.ones(targets.shape, dtype=bool)
-    else:
-        real = np.asarray(key_valid)
-    if counted is not None:
-        counted = np.asarray(counted)
-        if counted.dtype != bool or counted.shape != targets.shape:
-            raise ValueError(
-                f"counted must be a boolean array of the shape of ids, "
-                f"{targets.shape}, got {counted.dtype} {counted.shape}"
-            )
-        real = real & counted
+    Z, saved = model_forward(params, ids, config=config, key_valid=key_valid)
+    targets, counted = _require_targets(targets, counted, Z.shape[:-1])
+    real = counted if key_valid is None else counted & np.asarray(key_valid)
     if not real.any():
         raise ValueError("no position is counted: the mean loss would be empty")
-    loss, saved_loss = cross_entropy_forward({}, logits[real], targets=targets[real])
-    _, dZ = cross_entropy_backward({}, saved_loss, 1.0)  # (N_real, n_vocab)
-    dlogits = np.zeros_like(logits)
-    dlogits[real] = dZ  # padded positions take no part in the mean
-    grads, _ = model_backward(params, saved, dlogits)
+    loss, saved_loss = cross_entropy_forward({}, Z[real], targets=targets[real])
+    _, dZ_real = cross_entropy_backward({}, saved_loss, 1.0)  # (N_real, n_vocab)
+    dZ = np.zeros_like(Z)
+    dZ[real] = dZ_real  # the other positions take no part in the mean
+    grads, _ = model_backward(params, saved, dZ)
     return loss, grads
+
+
+def _require_targets(targets, counted, shape):
+    """Return ``targets`` and ``counted`` (all True when None) as arrays of ``shape``,
+    the shape of ``ids``, or raise ``ValueError``."""
+    targets = np.asarray(targets)
+    if targets.shape != shape:
+        raise ValueError(f"targets must have the shape of ids, {shape}, "
+                         f"got {targets.shape}")
+    counted = np.ones(shape, dtype=bool) if counted is None else np.asarray(counted)
+    if counted.dtype != bool or counted.shape != shape:
+        raise ValueError(f"counted must be a boolean array of the shape of ids, "
+                         f"{shape}, got {counted.dtype} {counted.shape}")
+    return targets, counted
 
 
 CONFIG_KEY = "config"
@@ -372,8 +364,7 @@ def save_model(path, params, config):
     Each array is stored under its dotted path (``"blocks.0.attn.W_Q"``); the config as
     a JSON string under ``"config"``. Nothing is pickled.
     """
-    _require_config(config)
-    _check_params(params, config)
+    _require_model(params, config)
     flat = {path_: np.asarray(value) for path_, value in flatten_params(params).items()}
     fields = {
         name: value.item() if isinstance(value, np.generic) else value
@@ -399,26 +390,12 @@ def load_model(path):
         fields = json.loads(str(stored.pop(CONFIG_KEY)))
         config = ModelConfig(**fields)
     except (TypeError, json.JSONDecodeError) as e:
-        raise ValueError(
-            f"the config stored in {path} is not a ModelConfig: {e}"
-        ) from e
-    like = init_model(config)  # the names and shapes this config needs
-    want = flatten_params(like)
-    missing, extra = sorted(set(want) - set(stored)), sorted(set(stored) - set(want))
-    if missing or extra:
-        raise ValueError(
-            f"{path} does not match its config: missing {missing}, extra {extra}"
-        )
-    for name, value in want.items():
-        if stored[name].shape != value.shape:
-            raise ValueError(
-                f"{path}: {name} has shape {stored[name].shape}, "
-                f"the config needs {value.shape}"
-            )
-        if stored[name].dtype.kind != "f":
-            raise ValueError(
-                f"{path}: {name} must hold floats, got {stored[name].dtype}"
-            )
+        raise ValueError(f"the config in {path} is not a ModelConfig: {e}") from e
+    _require_arrays({name: x.shape for name, x in stored.items()}, config, str(path))
+    for name, x in stored.items():
+        if x.dtype.kind != "f":
+            raise ValueError(f"{path}: {name} must hold floats, got {x.dtype}")
+    like = init_model(config)  # the nesting this config needs
     return unflatten_params(stored, like), config
 
 

@@ -26,10 +26,10 @@ array([[ 0.85, -1.8 ]])
 """
 
 import math
-import numbers
 
 import numpy as np
 
+from ._validate import as_number, require_bool
 from .params import flatten_params, unflatten_params
 
 __all__ = [
@@ -45,97 +45,50 @@ __all__ = [
 # --- validation -----------------------------------------------------------------------
 
 
-def _real(name, value):
-    """Return ``value`` as a float if it is a finite real number (not a bool)."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if not ok or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite real number, got {value!r}")
-    return float(value)
-
-
-def _int(name, value, lowest):
-    """Return ``value`` as an int if it is an integer >= ``lowest`` (not a bool)."""
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-    if not ok or value < lowest:
-        raise ValueError(f"{name} must be an integer >= {lowest}, got {value!r}")
-    return int(value)
-
-
-def _hyper(lr, betas, eps, weight_decay):
-    """Validate AdamW's hyperparameters; return them as Python floats."""
-    lr = _real("lr", lr)
-    if lr < 0:
-        raise ValueError(f"lr must be >= 0, got {lr!r}")
-    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-        raise ValueError(f"betas must be a pair (b1, b2), got {betas!r}")
-    b1, b2 = (_real(f"betas[{i}]", b) for i, b in enumerate(betas))
-    for i, b in enumerate((b1, b2)):
-        if not 0.0 <= b < 1.0:
-            raise ValueError(f"betas[{i}] must satisfy 0 <= b < 1, got {b!r}")
-    eps = _real("eps", eps)
-    if not eps > 0:
-        raise ValueError(f"eps must be > 0, got {eps!r}")
-    weight_decay = _real("weight_decay", weight_decay)
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay!r}")
-    return lr, b1, b2, eps, weight_decay
-
-
-def _float_leaves(name, tree):
-    """Return ``{path: array}`` of ``tree``; every leaf must be a float array."""
-    flat = flatten_params(tree)
-    out = {}
-    for path, leaf in flat.items():
-        array = np.asarray(leaf)
-        if array.dtype.kind != "f":
-            raise ValueError(f"{name}[{path!r}] must be a float array, got dtype "
-                             f"{array.dtype}")
-        out[path] = array
-    return out
-
-
-def _numeric_leaves(name, tree):
-    """Return ``{path: array}`` of ``tree``; every leaf must be an array of numbers."""
-    flat = flatten_params(tree)
-    out = {}
-    for path, leaf in flat.items():
-        array = np.asarray(leaf)
-        if array.dtype.kind not in "biuf":
-            raise ValueError(f"{name}[{path!r}] must be an array of numbers, got "
-                             f"dtype {array.dtype}")
-        out[path] = array
-    return out
-
-
-def _like(name, tree, flat_params):
-    """Return ``tree`` flattened; ValueError naming the dotted path if it differs.
-
-    ``tree`` must hold an array of the same shape at every path of ``flat_params``.
-    """
-    flat = _numeric_leaves(name, tree)
-    missing = [p for p in flat_params if p not in flat]
-    extra = [p for p in flat if p not in flat_params]
-    if missing or extra:
-        raise ValueError(f"{name} must nest like params: it lacks {missing} and has "
-                         f"extra {extra}")
-    for path, array in flat.items():
-        want = flat_params[path].shape
-        if array.shape != want:
-            raise ValueError(f"{name}[{path!r}] has shape {array.shape}, "
-                             f"params[{path!r}] has {want}")
+def _as_leaves(name, tree, like=None, kinds="biuf"):
+    """Return ``{dotted path: array}`` of ``tree``, or raise ``ValueError`` naming the
+    path of a leaf that is not an array of numbers (of the dtype ``kinds``) or, given
+    ``like`` (flat parameters), a path or shape that differs from theirs."""
+    flat = {path: np.asarray(leaf) for path, leaf in flatten_params(tree).items()}
+    what = "a float array" if kinds == "f" else "an array of numbers"
+    for path, a in flat.items():
+        if a.dtype.kind not in kinds:
+            raise ValueError(f"{name}[{path!r}] must be {what}, got dtype {a.dtype}")
+    if like is not None and flat.keys() != like.keys():
+        raise ValueError(f"{name} must nest like params: it lacks "
+                         f"{[p for p in like if p not in flat]} and has extra "
+                         f"{[p for p in flat if p not in like]}")
+    for path, array in (like or {}).items():
+        if flat[path].shape != array.shape:
+            raise ValueError(f"{name}[{path!r}] has shape {flat[path].shape}, "
+                             f"params[{path!r}] has {array.shape}")
     return flat
 
 
-def _state(state, flat_params):
-    """Validate an AdamW state against the parameters; return (step, flat m, flat v)."""
+def _as_state(state, like):
+    """Return ``step, m, v`` (flat) of an AdamW state for the flat parameters ``like``,
+    or raise ``ValueError`` naming what does not match."""
     if not (isinstance(state, dict) and {"step", "m", "v"} <= set(state)):
         got = sorted(state) if isinstance(state, dict) else type(state).__name__
         raise ValueError(f"state must be a dict with keys 'step', 'm', 'v' (from "
                          f"adamw_init), got {got}")
-    step = _int("state['step']", state["step"], 0)
-    m = _like("state['m']", state["m"], flat_params)
-    v = _like("state['v']", state["v"], flat_params)
-    return step, m, v
+    return (as_number("state['step']", state["step"], "[0, inf)", integer=True),
+            _as_leaves("state['m']", state["m"], like),
+            _as_leaves("state['v']", state["v"], like))
+
+
+def _as_hyperparameters(lr, betas, eps, weight_decay, decay):
+    """Return ``lr, b1, b2, eps, weight_decay`` as floats and the decay rule, or raise
+    ``ValueError`` naming the bad one."""
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+        raise ValueError(f"betas must be a pair (b1, b2), got {betas!r}")
+    if not (decay is None or callable(decay)):
+        raise ValueError(f"decay must be None or a callable, got {decay!r}")
+    return (as_number("lr", lr, "[0, inf)"),
+            *(as_number(f"betas[{i}]", b, "[0, 1)") for i, b in enumerate(betas)),
+            as_number("eps", eps, "(0, inf)"),
+            as_number("weight_decay", weight_decay, "[0, inf)"),
+            decays if decay is None else decay)
 
 
 # --- AdamW ----------------------------------------------------------------------------
@@ -170,7 +123,7 @@ def adamw_init(params):
     (0, dtype('float32'), array([[0., 0., 0.],
            [0., 0., 0.]], dtype=float32))
     """
-    flat = _float_leaves("params", params)
+    flat = _as_leaves("params", params, kinds="f")
     zeros = {path: np.zeros(p.shape, dtype=p.dtype) for path, p in flat.items()}
     return {"step": 0, "m": unflatten_params(zeros, params),
             "v": unflatten_params({k: z.copy() for k, z in zeros.items()}, params)}
@@ -180,12 +133,20 @@ def adamw_step(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-8,
                weight_decay=0.0, decay=None):
     """Return ``(params, state)`` after one AdamW step; the inputs are left untouched.
 
+    For every array ``p`` with gradient ``g``, at step ``t = state["step"] + 1``::
+
+        m = b1 m + (1 - b1) g,   v = b2 v + (1 - b2) g^2      the moments
+        m_hat = m / (1 - b1^t),  v_hat = v / (1 - b2^t)       the bias correction
+        p = p - lr (m_hat / (sqrt(v_hat) + eps) + wd p)       wd p where decay(path, p)
+
     ``grads`` nests like ``params``; ``state`` comes from :func:`adamw_init` or an
     earlier step. ``decay(path, array) -> bool`` says which arrays take the decoupled
     decay ``lr * weight_decay * p`` (``None``: the rule :func:`decays`, matrices yes,
-    1-D gains and biases no). Each new parameter keeps its input's dtype (float32 in,
-    float32 out). A ``ValueError`` names a bad hyperparameter, or the dotted path where
-    ``grads`` or the state does not match ``params``.
+    1-D gains and biases no); it is scaled by ``lr``, so ``lr = 0`` (where the cosine
+    schedule ends) leaves every parameter as it is. Each new parameter keeps its
+    input's dtype (float32 in, float32 out). A ``ValueError`` names a bad
+    hyperparameter, or the dotted path where ``grads`` or the state does not match
+    ``params``.
 
     The first step moves every coordinate by ``lr g / (|g| + eps)``, about ``lr``,
     whatever the size of ``g``:
@@ -205,30 +166,23 @@ def adamw_step(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-8,
     ...
     ValueError: grads must nest like params: it lacks ['gamma'] and has extra []
     """
-    lr, b1, b2, eps, weight_decay = _hyper(lr, betas, eps, weight_decay)
-    if decay is None:
-        decay = decays
-    elif not callable(decay):
-        raise ValueError(f"decay must be None or a callable (path, array) -> bool, "
-                         f"got {decay!r}")
-    flat_p = _float_leaves("params", params)
-    flat_g = _like("grads", grads, flat_p)
-    step, flat_m, flat_v = _state(state, flat_p)
+    lr, b1, b2, eps, wd, decay = _as_hyperparameters(lr, betas, eps, weight_decay,
+                                                     decay)
+    flat_p = _as_leaves("params", params, kinds="f")
+    flat_g = _as_leaves("grads", grads, like=flat_p)
+    step, flat_m, flat_v = _as_state(state, like=flat_p)
     t = step + 1
-    c1, c2 = 1.0 - b1 ** t, 1.0 - b2 ** t  # the bias corrections
     new_p, new_m, new_v = {}, {}, {}
     for path, p in flat_p.items():
         g = flat_g[path].astype(p.dtype, copy=False)
-        m = b1 * flat_m[path] + (1.0 - b1) * g
+        m = b1 * flat_m[path] + (1.0 - b1) * g  # the moments, elementwise
         v = b2 * flat_v[path] + (1.0 - b2) * (g * g)
-        update = (m / c1) / (np.sqrt(v / c2) + eps)
-        if weight_decay:
-            decayed = decay(path, p)
-            if not isinstance(decayed, (bool, np.bool_)):
-                raise ValueError(f"decay({path!r}, array) must return a bool, got "
-                                 f"{decayed!r}")
-            if decayed:
-                update = update + weight_decay * p
+        m_hat, v_hat = m / (1.0 - b1**t), v / (1.0 - b2**t)  # the bias correction
+        update = m_hat / (np.sqrt(v_hat) + eps)
+        decayed = bool(wd) and decay(path, p)
+        require_bool(f"decay({path!r}, array)", decayed)
+        if decayed:
+            update = update + wd * p  # decoupled: never enters m or v
         new_p[path] = (p - lr * update).astype(p.dtype, copy=False)
         new_m[path], new_v[path] = m, v
     return unflatten_params(new_p, params), {
@@ -251,7 +205,7 @@ def global_norm(grads):
     >>> global_norm({"W": np.array([3.0, 4.0]) * 2.0**700}) == 5 * 2.0**700
     True
     """
-    flat = _numeric_leaves("grads", grads)
+    flat = _as_leaves("grads", grads)
     arrays = [a.astype(np.float64, copy=False) for a in flat.values() if a.size]
     if not arrays:
         return 0.0
@@ -282,10 +236,8 @@ def clip_by_global_norm(grads, max_norm):
     ...
     ValueError: grads must be finite to be clipped, their global norm is nan
     """
-    max_norm = _real("max_norm", max_norm)
-    if not max_norm > 0:
-        raise ValueError(f"max_norm must be > 0, got {max_norm!r}")
-    flat = _numeric_leaves("grads", grads)
+    max_norm = as_number("max_norm", max_norm, "(0, inf)")
+    flat = _as_leaves("grads", grads)
     norm = global_norm(grads)
     if not math.isfinite(norm):
         raise ValueError(f"grads must be finite to be clipped, their global norm is "
@@ -314,21 +266,13 @@ def lr_at(step, *, lr, warmup, total, min_lr=0.0):
     >>> lr_at(9, lr=1.0, warmup=4, total=8)
     Traceback (most recent call last):
     ...
-    ValueError: step must satisfy 1 <= step <= total = 8, got 9
+    ValueError: step must be an integer in [1, 8], got 9
     """
-    total = _int("total", total, 1)
-    warmup = _int("warmup", warmup, 0)
-    step = _int("step", step, 1)
-    lr, min_lr = _real("lr", lr), _real("min_lr", min_lr)
-    if warmup > total:
-        raise ValueError(f"warmup must be <= total = {total}, got {warmup}")
-    if step > total:
-        raise ValueError(f"step must satisfy 1 <= step <= total = {total}, got {step}")
-    if lr < 0:
-        raise ValueError(f"lr must be >= 0, got {lr!r}")
-    if not 0 <= min_lr <= lr:
-        raise ValueError(f"min_lr must satisfy 0 <= min_lr <= lr = {lr!r}, "
-                         f"got {min_lr!r}")
+    total = as_number("total", total, "[1, inf)", integer=True)
+    warmup = as_number("warmup", warmup, f"[0, {total}]", integer=True)
+    step = as_number("step", step, f"[1, {total}]", integer=True)
+    lr = as_number("lr", lr, "[0, inf)")
+    min_lr = as_number("min_lr", min_lr, f"[0, {lr}]")
     if step <= warmup:
         return lr * step / warmup
     s = (step - warmup) / (total - warmup)

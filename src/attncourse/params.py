@@ -32,10 +32,8 @@ def flatten_params(params, prefix=""):
     for key, value in items:
         key = str(key)
         if "." in key:
-            raise ValueError(
-                f"parameter names may not contain '.', got {key!r} under "
-                f"{prefix or 'the root'!r}"
-            )
+            raise ValueError(f"parameter names may not contain '.', got {key!r} under "
+                             f"{prefix or 'the root'!r}")
         flat.update(flatten_params(value, f"{prefix}.{key}" if prefix else key))
     return flat
 
@@ -51,10 +49,8 @@ def unflatten_params(flat, like):
     """
     want = flatten_params(like)
     if set(flat) != set(want):
-        raise ValueError(
-            f"flat parameters lack {sorted(set(want) - set(flat))} and have extra "
-            f"{sorted(set(flat) - set(want))}"
-        )
+        raise ValueError(f"flat parameters lack {sorted(set(want) - set(flat))} and "
+                         f"have extra {sorted(set(flat) - set(want))}")
     return _rebuild(flat, like, "")
 
 

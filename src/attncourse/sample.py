@@ -28,15 +28,11 @@ array([0., 0., 3., 4.])
 array([0., 0., 3., 4.])
 """
 
-import math
-import numbers
-
 import numpy as np
 
-from ._validate import require_sizes
+from ._validate import as_ids, as_number, require_sizes
 from .model import ModelConfig, model_forward
 from .softmax import softmax
-from .text import validate_ids
 
 __all__ = [
     "TOP_P_TOLERANCE",
@@ -58,10 +54,6 @@ floating-point sum ``0.4 + 0.3`` lands one unit below ``0.7``.
 # --- validation -----------------------------------------------------------------------
 
 
-def _is_real(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
-
-
 def _as_logits(logits):
     """Return ``logits`` as a float64 array ``(..., n_vocab)``, or raise ``ValueError``.
 
@@ -76,12 +68,10 @@ def _as_logits(logits):
     if z.ndim < 1 or z.shape[-1] == 0:
         raise ValueError(f"logits must have shape (..., n_vocab) with n_vocab >= 1, "
                          f"got shape {z.shape}")
-    if np.isnan(z).any():
-        raise ValueError(f"logits must not hold NaN: {int(np.isnan(z).sum())} NaN "
-                         f"entries in logits of shape {z.shape}")
-    if np.isposinf(z).any():
-        raise ValueError(f"logits must not hold +inf: {int(np.isposinf(z).sum())} "
-                         f"entries in logits of shape {z.shape}")
+    for what, where in (("NaN", np.isnan(z)), ("+inf", np.isposinf(z))):
+        if where.any():
+            raise ValueError(f"logits must not hold {what}: {int(where.sum())} {what} "
+                             f"entries in logits of shape {z.shape}")
     empty = np.all(np.isneginf(z), axis=-1)
     if empty.any():
         row = tuple(int(i) for i in np.argwhere(empty)[0])
@@ -91,17 +81,11 @@ def _as_logits(logits):
 
 
 def _require_settings(temperature, top_k, top_p):
-    """Return ``temperature`` as a float; ``ValueError`` naming a bad setting."""
-    if not _is_real(temperature) or not math.isfinite(temperature) or temperature < 0:
-        raise ValueError(f"temperature must be a finite number >= 0 (0 is greedy), "
-                         f"got {temperature!r}")
-    integer = isinstance(top_k, numbers.Integral) and not isinstance(
-        top_k, (bool, np.bool_))
-    if top_k is not None and not (integer and top_k >= 1):
-        raise ValueError(f"top_k must be None or an integer >= 1, got {top_k!r}")
-    if top_p is not None and not (_is_real(top_p) and 0 < top_p <= 1):
-        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
-    return float(temperature)
+    """Return ``temperature`` (a float), ``top_k`` (an int or None) and ``top_p`` (a
+    float or None), or raise ``ValueError`` naming a bad setting."""
+    return (as_number("temperature", temperature, "[0, inf)"),
+            as_number("top_k", top_k, "[1, inf)", integer=True, optional=True),
+            as_number("top_p", top_p, "(0, 1]", optional=True))
 
 
 def _require_rng(rng):
@@ -177,18 +161,19 @@ def probabilities(logits, *, temperature=1.0, top_k=None, top_p=None):
     >>> probabilities([0.4, 0.3], top_p=1.5)
     Traceback (most recent call last):
     ...
-    ValueError: top_p must be None or a number in (0, 1], got 1.5
+    ValueError: top_p must be None or a finite number in (0, 1], got 1.5
     >>> probabilities([1.0, np.nan])
     Traceback (most recent call last):
     ...
     ValueError: logits must not hold NaN: 1 NaN entries in logits of shape (2,)
     """
-    temperature = _require_settings(temperature, top_k, top_p)
-    p = _with_temperature(_as_logits(logits), temperature)
+    temperature, top_k, top_p = _require_settings(temperature, top_k, top_p)
+    z = _as_logits(logits)  # (..., n_vocab)
+    p = _with_temperature(z, temperature)  # (..., n_vocab)
     if top_k is not None:
-        p = _top_k(p, int(top_k))
+        p = _top_k(p, top_k)
     if top_p is not None:
-        p = _top_p(p, float(top_p))
+        p = _top_p(p, top_p)
     return p
 
 
@@ -251,9 +236,8 @@ def sample(logits, rng, *, temperature=1.0, top_k=None, top_p=None):
     ...
     ValueError: rng must be a numpy.random.Generator (np.random.default_rng(seed)), ...
     """
-    _require_rng(rng)
     P = probabilities(logits, temperature=temperature, top_k=top_k, top_p=top_p)
-    return draw(P, rng)
+    return draw(P, rng)  # draw checks rng
 
 
 def greedy(logits):
@@ -262,7 +246,8 @@ def greedy(logits):
     >>> greedy(np.array([[0.0, 3.0, 3.0], [-np.inf, -1.0, -2.0]]))
     array([1, 1])
     """
-    return np.argmax(_as_logits(logits), axis=-1).astype(np.int64)
+    z = _as_logits(logits)  # (..., n_vocab)
+    return np.argmax(z, axis=-1).astype(np.int64)
 
 
 # --- generation -----------------------------------------------------------------------
@@ -299,7 +284,7 @@ def generate(params, prompt, n_new, *, config, rng, temperature=1.0, top_k=None,
     if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
         raise ValueError(f"prompt must be token ids of shape (t,) or (batch, t) with "
                          f"t >= 1, got shape {ids.shape}")
-    ids = validate_ids(ids, config.n_vocab, name="prompt")
+    ids = as_ids(ids, config.n_vocab, "prompt")
     for _ in range(n_new):
         window = ids[..., -config.T_max:]  # (..., <= T_max)
         logits, _ = model_forward(params, window, config=config)  # (..., t, n_vocab)

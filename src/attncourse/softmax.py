@@ -12,30 +12,18 @@ path.
 
 import numpy as np
 
-from ._validate import as_float_array
+from ._validate import as_float_array, as_float_like, shaped
 
 __all__ = ["softmax", "softmax_backward", "logsumexp", "softmax_jacobian"]
 
-
-def _broadcast_visible(S, visible):
-    """Return ``S`` and the boolean ``visible`` broadcast to their common shape.
-
-    A mask with batch axes the scores lack batches the result (every sequence of a batch
-    may hide other keys); shapes that do not broadcast are an error naming both.
-    """
-    visible = np.asarray(visible, dtype=bool)
-    try:
-        shape = np.broadcast_shapes(S.shape, visible.shape)
-    except ValueError:
-        raise ValueError(
-            f"visible must broadcast against S: S has shape {S.shape}, visible "
-            f"{visible.shape}"
-        ) from None
-    return np.broadcast_to(S, shape), np.broadcast_to(visible, shape)
+# ``visible`` (boolean) broadcasts against the scores ``S``: a mask with batch axes the
+# scores lack batches the result (every sequence of a batch may hide other keys).
+_SCORES = "S(...) visible(...)"
 
 
 def logsumexp(S, visible=None):
-    """Return ``log(sum(exp(S)))`` over the last axis, computed without overflow.
+    """Return ``log sum_k exp(S_k)`` over the last axis, computed without overflow as
+    ``m + log sum_k exp(S_k - m)`` with ``m`` the row maximum.
 
     Entries where ``visible`` is False take no part. A row with no visible entry
     has no defined value; it gets ``-inf``.
@@ -44,10 +32,9 @@ def logsumexp(S, visible=None):
     >>> float(logsumexp(np.array([1000.0, 1000.0])) - 1000.0)  # doctest: +ELLIPSIS
     0.693147...
     """
-    S = as_float_array("S", S)
+    S, _ = shaped(_SCORES, S, visible)
     if visible is not None:
-        S, visible = _broadcast_visible(S, visible)
-        S = np.where(visible, S, -np.inf)
+        S = np.where(np.asarray(visible, dtype=bool), S, -np.inf)  # hidden: exp(S) = 0
     m = np.max(S, axis=-1, keepdims=True, initial=-np.inf)  # -inf: no entry
     m_safe = np.where(np.isfinite(m), m, 0.0)
     with np.errstate(divide="ignore"):
@@ -56,7 +43,9 @@ def logsumexp(S, visible=None):
 
 
 def softmax(S, visible=None):
-    """Softmax of each row of ``S`` (the last axis), with the row maximum subtracted.
+    """Softmax of each row of ``S`` (the last axis), ``A_ij = exp(S_ij - m_i) / sum_k
+    exp(S_ik - m_i)`` with ``m_i`` the row maximum (the shift changes nothing but the
+    overflow).
 
     ``visible`` (optional, boolean, broadcastable to ``S``) marks the entries that take
     part; hidden entries get weight exactly 0. A row with no visible entry gets all
@@ -68,14 +57,14 @@ def softmax(S, visible=None):
     >>> softmax(np.array([[1e4, -1e4]]))
     array([[1., 0.]])
     """
-    S = as_float_array("S", S)
+    S, _ = shaped(_SCORES, S, visible)
     if visible is None:
         # largest entry of each row is 0
         shifted = S - np.max(S, axis=-1, keepdims=True, initial=-np.inf)
         E = np.exp(shifted)
         return E / np.sum(E, axis=-1, keepdims=True)
-    S, visible = _broadcast_visible(S, visible)
-    masked = np.where(visible, S, -np.inf)
+    visible = np.asarray(visible, dtype=bool)
+    masked = np.where(visible, S, -np.inf)  # broadcast to the shape of the weights
     m = np.max(masked, axis=-1, keepdims=True, initial=-np.inf)
     m = np.where(np.isfinite(m), m, 0.0)  # fully hidden row: any finite shift will do
     E = np.where(visible, np.exp(np.where(visible, S - m, 0.0)), 0.0)
@@ -95,11 +84,7 @@ def softmax_backward(A, dA):
     array([[ 0.375, -0.375]])
     """
     A = as_float_array("A", A)
-    dA = as_float_array("dA", dA)
-    if A.shape != dA.shape:
-        raise ValueError(
-            f"A and dA must have the same shape, got A {A.shape} and dA {dA.shape}"
-        )
+    dA = as_float_like("dA", dA, A.shape, "A")
     row_mean = np.sum(A * dA, axis=-1, keepdims=True)  # E_A[dA] for each row
     return A * (dA - row_mean)
 
@@ -114,10 +99,8 @@ def softmax_jacobian(z):
     (2, 3, 3)
     """
     z = as_float_array("z", z)
-    if z.ndim < 1 or z.shape[-1] == 0:
-        raise ValueError(
-            f"z must have at least one entry along its last axis, got shape {z.shape}"
-        )
+    if z.shape[-1:] in ((), (0,)):
+        raise ValueError(f"z must have a non-empty last axis, got shape {z.shape}")
     p = softmax(z)
     numerator_path = p[..., :, None] * np.eye(z.shape[-1])  # diag(p)
     # -p p^T: (..., n, 1) x (..., 1, n) -> (..., n, n)

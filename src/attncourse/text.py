@@ -17,10 +17,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._validate import require_sizes
+from ._validate import as_ids, as_number, require_sizes, shaped
 
 __all__ = [
-    "build_vocab", "validate_vocab", "validate_ids", "encode", "decode",
+    "build_vocab", "encode", "decode",
     "GRAMMAR", "ADJECTIVE_PROBABILITY", "make_sentence", "make_corpus",
     "RecallTask", "recall_text", "recall_batch", "recall_batches", "recall_answers",
     "recall_bigram_ceiling", "window_batches",
@@ -40,69 +40,34 @@ def build_vocab(text):
     ...
     ValueError: cannot build a vocabulary from empty text
     """
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
-    if text == "":
+    if _as_text(text) == "":
         raise ValueError("cannot build a vocabulary from empty text")
     return "".join(sorted(set(text)))
 
 
-def validate_vocab(vocab):
-    """Return ``vocab`` unchanged, or raise ``ValueError`` if it is not a string of
+def _as_text(text):
+    """Return ``text``, or raise ``ValueError`` unless it is a str."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    return text
+
+
+def _as_vocab(vocab):
+    """Return ``vocab``, or raise ``ValueError`` unless it is a non-empty str of
     distinct characters.
 
-    >>> validate_vocab("aba")
+    >>> _as_vocab("aba")
     Traceback (most recent call last):
     ...
     ValueError: vocabulary characters must be distinct; repeated: 'a'
     """
-    if not isinstance(vocab, str):
-        raise ValueError(
-            "vocabulary must be a str of distinct characters, got "
-            f"{type(vocab).__name__}"
-        )
-    if vocab == "":
-        raise ValueError("vocabulary is empty")
+    if not (isinstance(vocab, str) and vocab):
+        raise ValueError(f"vocabulary must be a non-empty str, got {vocab!r}")
     repeated = sorted({c for c in vocab if vocab.count(c) > 1})
     if repeated:
-        raise ValueError(
-            "vocabulary characters must be distinct; repeated: "
-            + ", ".join(map(repr, repeated))
-        )
+        raise ValueError("vocabulary characters must be distinct; repeated: "
+                         + ", ".join(map(repr, repeated)))
     return vocab
-
-
-def validate_ids(ids, n_vocab, name="ids"):
-    """Return ``ids`` as an int64 array, or raise ``ValueError`` naming the values at
-    fault.
-
-    Valid ids are integers ``0 <= id < n_vocab``; any shape is allowed (an empty array
-    too).
-
-    >>> validate_ids([2, 0, 2], 3)
-    array([2, 0, 2])
-    >>> validate_ids([1, 5, -1], 3)
-    Traceback (most recent call last):
-    ...
-    ValueError: ids out of range for a vocabulary of 3 tokens (valid ids are 0..2):
-    [-1, 5]
-    """
-    require_sizes(n_vocab=n_vocab)
-    arr = np.asarray(ids)
-    if arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be integers, got dtype {arr.dtype}")
-    bad = np.unique(arr[(arr < 0) | (arr >= n_vocab)])
-    if bad.size:
-        shown = ", ".join(str(int(v)) for v in bad[:10]) + (
-            ", ..." if bad.size > 10 else ""
-        )
-        raise ValueError(
-            f"{name} out of range for a vocabulary of {n_vocab} tokens "
-            f"(valid ids are 0..{n_vocab - 1}): [{shown}]"
-        )
-    return arr.astype(np.int64)
 
 
 def encode(text, vocab):
@@ -119,17 +84,14 @@ def encode(text, vocab):
     ...
     ValueError: character 't' (first at position 2) is not in the vocabulary 'abc'
     """
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
-    validate_vocab(vocab)
-    index = {c: i for i, c in enumerate(vocab)}
+    _as_text(text)
+    _as_vocab(vocab)
+    index = {c: i for i, c in enumerate(vocab)}  # character -> id
     unknown = [c for c in dict.fromkeys(text) if c not in index]
     if unknown:
-        where = ", ".join(
-            f"{c!r} (first at position {text.index(c)})" for c in unknown[:10]
-        )
-        noun = "character" if len(unknown) == 1 else "characters"
-        verb = "is" if len(unknown) == 1 else "are"
+        where = ", ".join(f"{c!r} (first at position {text.index(c)})"
+                          for c in unknown[:10])
+        noun, verb = ("character", "is") if len(unknown) == 1 else ("characters", "are")
         raise ValueError(f"{noun} {where} {verb} not in the vocabulary {vocab!r}")
     return np.array([index[c] for c in text], dtype=np.int64)
 
@@ -142,13 +104,8 @@ def decode(ids, vocab):
     >>> decode([], "abc")
     ''
     """
-    validate_vocab(vocab)
-    arr = validate_ids(ids, len(vocab))
-    if arr.ndim != 1:
-        raise ValueError(
-            f"ids must be 1-D to decode into one text, got shape {arr.shape}"
-        )
-    return "".join(vocab[i] for i in arr)
+    ids = as_ids(ids, len(_as_vocab(vocab)), ndim=1)
+    return "".join(vocab[i] for i in ids)
 
 
 # --- the corpus -----------------------------------------------------------------------
@@ -226,10 +183,10 @@ class RecallTask:
     >>> task = RecallTask(n_keys=3, n_values=2, n_pairs=2)
     >>> task.tokens, task.T
     (('a0', 'a1', 'b0', 'b1', 'c0', 'c1', 'a', 'b', 'c', '?', '0', '1'), 4)
-    >>> RecallTask(n_keys=2, n_values=3, n_pairs=3)
+    >>> RecallTask(n_keys=2, n_values=3, n_pairs=3)  # 3 distinct keys of 2?
     Traceback (most recent call last):
     ...
-    ValueError: n_pairs=3 distinct keys need n_keys >= 3, got n_keys=2
+    ValueError: n_pairs must be an integer in [1, 2], got 3
     """
 
     n_keys: int = 8
@@ -237,17 +194,10 @@ class RecallTask:
     n_pairs: int = 4
 
     def __post_init__(self):
-        require_sizes(n_keys=self.n_keys, n_values=self.n_values, n_pairs=self.n_pairs)
-        if self.n_keys > len(KEYS) or self.n_values > len(VALUES):
-            raise ValueError(
-                f"at most {len(KEYS)} keys and {len(VALUES)} values, got "
-                f"n_keys={self.n_keys}, n_values={self.n_values}"
-            )
-        if self.n_pairs > self.n_keys:
-            raise ValueError(
-                f"n_pairs={self.n_pairs} distinct keys need "
-                f"n_keys >= {self.n_pairs}, got n_keys={self.n_keys}"
-            )
+        as_number("n_keys", self.n_keys, f"[1, {len(KEYS)}]", integer=True)
+        as_number("n_values", self.n_values, f"[1, {len(VALUES)}]", integer=True)
+        # the keys of a sequence are distinct: n_pairs of them need n_keys >= n_pairs
+        as_number("n_pairs", self.n_pairs, f"[1, {self.n_keys}]", integer=True)
 
     @property
     def tokens(self):
@@ -288,9 +238,11 @@ class RecallTask:
         return self.n_keys * self.n_values + self.n_keys
 
 
-def _require_task(task):
+def _as_task(task):
+    """Return ``task``, or raise ``ValueError`` unless it is a :class:`RecallTask`."""
     if not isinstance(task, RecallTask):
         raise ValueError(f"task must be a RecallTask, got {type(task).__name__}")
+    return task
 
 
 def recall_text(task, ids):
@@ -301,12 +253,11 @@ def recall_text(task, ids):
     >>> recall_text(task, ids)
     'c1 a0 ? c'
     """
-    _require_task(task)
-    ids = validate_ids(ids, task.n_vocab)
+    ids = as_ids(ids, _as_task(task).n_vocab)
+    if ids.ndim not in (1, 2):
+        raise ValueError(f"ids must be 1-D or 2-D, got shape {ids.shape}")
     if ids.ndim == 2:
         return [recall_text(task, row) for row in ids]
-    if ids.ndim != 1:
-        raise ValueError(f"ids must be 1-D or 2-D, got shape {ids.shape}")
     return " ".join(task.tokens[i] for i in ids)
 
 
@@ -324,7 +275,7 @@ def recall_batch(task, n, rng):
     >>> counted[0]
     array([False, False, False,  True])
     """
-    _require_task(task)
+    _as_task(task)
     require_sizes(n=n)
     P = task.n_pairs
     # distinct keys per row
@@ -351,17 +302,13 @@ def recall_answers(task, ids):
     >>> bool((recall_answers(task, ids) == targets[:, -1]).all())
     True
     """
-    _require_task(task)
-    ids = validate_ids(ids, task.n_vocab)
-    if ids.ndim != 2 or ids.shape[1] != task.T:
-        raise ValueError(f"ids must have shape (n, {task.T}), got {ids.shape}")
-    pairs = ids[:, : task.n_pairs]
-    if (pairs >= task.n_keys * task.n_values).any():
-        raise ValueError("the first n_pairs tokens of each sequence must be pairs")
-    # where the asked key is
-    match = pairs // task.n_values == (ids[:, -1:] - task.key(0))
-    if not (match.sum(axis=1) == 1).all():
-        raise ValueError("each sequence must list the asked key exactly once")
+    ids = as_ids(shaped(f"ids(n, {_as_task(task).T}):int", ids), task.n_vocab)
+    pairs = ids[:, : task.n_pairs]  # (n, n_pairs)
+    # (n, n_pairs): True where the pair holds the key asked
+    match = pairs // task.n_values == ids[:, -1:] - task.key(0)
+    if (pairs >= task.key(0)).any() or not (match.sum(axis=1) == 1).all():
+        raise ValueError("each sequence must list n_pairs pairs, with the asked key "
+                         "exactly once")
     return task.value(pairs[match] % task.n_values)
 
 
@@ -376,7 +323,7 @@ def recall_bigram_ceiling(task):
     >>> recall_bigram_ceiling(RecallTask(n_values=8))
     Fraction(1, 8)
     """
-    _require_task(task)
+    _as_task(task)
     return Fraction(1, task.n_values)
 
 
@@ -407,12 +354,10 @@ def window_batches(ids, T, size, seed):
     >>> bool((y == x + 1).all()), x.shape, counted
     (True, (2, 3), None)
     """
-    ids = np.asarray(ids)
-    if ids.ndim != 1 or ids.size < T + 1:
-        raise ValueError(
-            f"ids must be 1-D with more than T={T} tokens, got shape {ids.shape}"
-        )
     require_sizes(T=T, size=size)
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.size <= T:
+        raise ValueError(f"ids must be 1-D, longer than T={T}, got shape {ids.shape}")
 
     def batch(step):
         start = np.random.default_rng([seed, step]).integers(0, ids.size - T, size=size)

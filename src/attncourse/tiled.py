@@ -13,7 +13,7 @@ order, and the state of the whole row gives ``O = o / l`` and the log-sum-exp
 ``block_q`` rows, key blocks of ``block_k`` columns; with ``causal=True`` the tiles
 entirely above the diagonal are skipped) and saves only ``O`` and ``lse``;
 :func:`tiled_attention_backward` recomputes each tile's weights
-``P = exp(S - lse)`` and uses ``rowsum(dA * A) = rowsum(dO * O)``, an ``O(T r)``
+``P = exp(S - lse)`` and uses ``rowsum(dA * A) = rowsum(G * O)``, an ``O(T r)``
 reduction. Neither allocates a ``T_q x T_k`` array: memory grows as ``T (d + r)`` plus
 one tile. Masks follow Chapter 4: hidden keys get weight exactly 0, and a query with no
 visible key (all its keys padded) reads nothing.
@@ -39,9 +39,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .layers.attention import _batch_shape, _unbroadcast, key_padding_mask, validate_qkv
-from ._validate import as_float_array
+from ._validate import as_float_like, require_sizes, shaped
 from .fast import SEQUENTIAL_BELOW, default_workers, run_parallel
+from .layers.attention import QKV, _unbroadcast, key_padding_mask
 
 __all__ = [
     "SoftmaxState",
@@ -51,7 +51,6 @@ __all__ = [
     "finish_state",
     "Tile",
     "causal_tiles",
-    "require_blocks",
     "TiledSaved",
     "TiledWeights",
     "tiled_attention_forward",
@@ -112,13 +111,7 @@ def tile_state(S, V, visible=None):
     >>> state.m, state.l, state.o
     (array([1.09861229]), array([1.33333333]), array([[9.33333333]]))
     """
-    S = as_float_array("S", S)
-    V = as_float_array("V", V)
-    if S.ndim < 2 or V.ndim < 2 or S.shape[-1] != V.shape[-2]:
-        raise ValueError(
-            f"S (..., n, k) and V (..., k, r) must share the k keys: S has "
-            f"shape {S.shape}, V has shape {V.shape}"
-        )
+    S, V = shaped("S(..., n, k) V(..., k, r)", S, V)
     return _tile_state(S.copy(), V, visible)
 
 
@@ -222,23 +215,6 @@ class Tile(NamedTuple):
     masked: bool
 
 
-def require_blocks(block_q, block_k):
-    """Raise ``ValueError`` naming a tile size that is not a positive integer.
-
-    >>> require_blocks(4, 0)
-    Traceback (most recent call last):
-    ...
-    ValueError: block_k must be a positive integer, got 0
-    """
-    for name, n in (("block_q", block_q), ("block_k", block_k)):
-        if (
-            isinstance(n, (bool, np.bool_))
-            or not isinstance(n, (int, np.integer))
-            or n < 1
-        ):
-            raise ValueError(f"{name} must be a positive integer, got {n!r}")
-
-
 def causal_tiles(T_q, T_k, block_q, block_k, causal=True):
     """Return the tiles a pass visits, row block by row block, keys in order.
 
@@ -249,7 +225,7 @@ def causal_tiles(T_q, T_k, block_q, block_k, causal=True):
     >>> [(t.i0, t.j0, t.masked) for t in causal_tiles(4, 4, 2, 2)]
     [(0, 0, True), (2, 0, False), (2, 2, True)]
     """
-    require_blocks(block_q, block_k)
+    require_sizes(block_q=block_q, block_k=block_k)
     tiles = []
     for i0 in range(0, T_q, block_q):
         i1 = min(i0 + block_q, T_q)
@@ -296,56 +272,21 @@ class TiledSaved(NamedTuple):
 def _workers(workers, Q, K, V):
     """The default: one thread for a small pass, else the machine's cores."""
     if workers is not None:
+        require_sizes(workers=workers)
         return workers
-    batch = _batch_shape(Q=Q, K=K, V=V)
+    batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
     size = math.prod(batch) * Q.shape[-2] * K.shape[-2]
     return 1 if size < SEQUENTIAL_BELOW else default_workers()
 
 
-def _prepare(Q, K, V, key_valid, block_q, block_k):
-    require_blocks(block_q, block_k)
-    Q, K, V = validate_qkv(Q, K, V)
-    batch = _batch_shape(Q=Q, K=K, V=V)
+def _require_inputs(Q, K, V, key_valid, block_q, block_k):
+    """Return ``Q, K, V`` (float) and ``key_valid`` as a ``(..., 1, T_k)`` mask (or
+    None), or raise ``ValueError`` naming the argument at fault."""
+    require_sizes(block_q=block_q, block_k=block_k)
+    Q, K, V = shaped(QKV, Q, K, V)
+    batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
     kv = None if key_valid is None else key_padding_mask(key_valid, K.shape[-2], batch)
-    return Q, K, V, batch, kv
-
-
-def _forward(
-    Q,
-    K,
-    V,
-    kv,
-    causal,
-    block_q,
-    block_k,
-    merge=merge_states,
-    tiles=causal_tiles,
-    workers=None,
-):
-    """``O, lse`` by the online softmax over the tiles; ``merge`` and ``tiles`` are the
-    two pieces a planted fault replaces."""
-    batch = _batch_shape(Q=Q, K=K, V=V)
-    (T_q, d), (T_k, r) = Q.shape[-2:], V.shape[-2:]
-    dtype = np.result_type(Q, K, V)
-    scale = dtype.type(1 / math.sqrt(d))
-    O = np.zeros(batch + (T_q, r), dtype)
-    lse = np.full(batch + (T_q,), -np.inf, dtype)
-    visits = tiles(T_q, T_k, block_q, block_k, causal)
-
-    def row_block(i0):
-        i1 = min(i0 + block_q, T_q)
-        Qs = Q[..., i0:i1, :] * scale  # (..., bq, d): the T x d operand scaled
-        state = empty_state(batch + (i1 - i0,), r, dtype)
-        for tile in (t for t in visits if t.i0 == i0):
-            S = Qs @ np.swapaxes(K[..., tile.j0 : tile.j1, :], -1, -2)  # (..., bq, bk)
-            state = merge(
-                state,
-                _tile_state(S, V[..., tile.j0 : tile.j1, :], _tile_visible(tile, kv)),
-            )
-        O[..., i0:i1, :], lse[..., i0:i1] = finish_state(state)
-
-    run_parallel(row_block, range(0, T_q, block_q), _workers(workers, Q, K, V))
-    return O, lse
+    return Q, K, V, kv
 
 
 def tiled_attention_forward(
@@ -363,71 +304,87 @@ def tiled_attention_forward(
 
     ``Q (..., T_q, d)``, ``K (..., T_k, d)``, ``V (..., T_k, r)``, batch axes broadcast;
     ``causal`` hides keys ``j > i`` (and skips the tiles above the diagonal);
-    ``key_valid`` (optional, boolean ``(..., T_k)``) hides padded keys. ``saved`` is a
-    :class:`TiledSaved` for :func:`tiled_attention_backward`. ``workers`` threads
-    (default: the machine's cores, one for a small pass) share the blocks of queries;
-    the backward pass shares the blocks of keys, each thread adding into its own ``dQ``
-    (summed in a fixed order, so the result does not depend on the scheduling).
+    ``key_valid`` (optional, boolean ``(..., T_k)``) hides padded keys. Each block of
+    queries starts from the empty state and merges the state of each of its tiles,
+    ``(m, l, o) <- merge((m, l, o), tile_state(S_ij, V_j))`` with
+    ``S_ij = Q_i K_j^T / sqrt(d)``; then ``O_i = o / l`` and ``lse_i = m + log l``.
+    ``saved`` is a :class:`TiledSaved` for :func:`tiled_attention_backward`.
+    ``workers`` threads (default: the machine's cores, one for a small pass) share the
+    blocks of queries; the backward pass shares the blocks of keys, each thread adding
+    into its own ``dQ`` (summed in a fixed order, so the result does not depend on the
+    scheduling).
     """
-    Q, K, V, _, kv = _prepare(Q, K, V, key_valid, block_q, block_k)
-    O, lse = _forward(Q, K, V, kv, bool(causal), block_q, block_k, workers=workers)
+    Q, K, V, kv = _require_inputs(Q, K, V, key_valid, block_q, block_k)
+    batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    (T_q, d), (T_k, r) = Q.shape[-2:], V.shape[-2:]
+    dtype = np.result_type(Q, K, V)
+    scale = dtype.type(1 / math.sqrt(d))
+    O = np.zeros(batch + (T_q, r), dtype)
+    lse = np.full(batch + (T_q,), -np.inf, dtype)
+    visits = causal_tiles(T_q, T_k, block_q, block_k, bool(causal))
+
+    def row_block(i0):  # queries i0 .. i1-1 read their tiles of keys in order
+        i1 = min(i0 + block_q, T_q)
+        Qs = Q[..., i0:i1, :] * scale  # (..., bq, d): the T x d operand scaled
+        state = empty_state(batch + (i1 - i0,), r, dtype)
+        for t in (t for t in visits if t.i0 == i0):
+            S = Qs @ np.swapaxes(K[..., t.j0 : t.j1, :], -1, -2)  # (bq, d) x (d, bk)
+            tile = _tile_state(S, V[..., t.j0 : t.j1, :], _tile_visible(t, kv))
+            state = merge_states(state, tile)
+        O[..., i0:i1, :], lse[..., i0:i1] = finish_state(state)
+
+    run_parallel(row_block, range(0, T_q, block_q), _workers(workers, Q, K, V))
     return O, TiledSaved(Q, K, V, O, lse, kv, bool(causal), block_q, block_k, workers)
 
 
-def tiled_attention_backward(saved, dO, *, workers=None):
-    """Return ``dQ, dK, dV`` for ``dO = dJ/dO``, one tile at a time.
+def tiled_attention_backward(saved, G, *, workers=None):
+    """Return ``dQ, dK, dV`` for the upstream gradient ``G = dJ/dO``, one tile at a
+    time.
 
     Each tile's weights are recomputed from the saved per-row log-sum-exp,
-    ``P = exp(S - lse)``; ``dS = P (dP - delta)`` with ``delta = rowsum(dO * O)``, the
-    ``O(T r)`` form of ``rowsum(dA * A)``. Batch axes that were broadcast are summed
-    back.
+    ``P = exp(S - lse)``; then ``dV_j += P^T G_i``, ``dP = G_i V_j^T`` (the tile of
+    ``dA``), ``dS = P * (dP - delta)`` with ``delta = rowsum(G * O)``, the ``O(T r)``
+    form of ``rowsum(dA * A)``, ``dQ_i += dS K_j / sqrt(d)`` and
+    ``dK_j += dS^T Q_i / sqrt(d)``. Batch axes that were broadcast are summed back.
     """
     Q, K, V, O, lse, kv, causal, block_q, block_k = saved[:9]
-    workers = saved.workers if workers is None else workers
-    dO = as_float_array("dO", dO)
-    if dO.shape != O.shape:
-        raise ValueError(
-            f"dO must have the shape of the output, {O.shape}, got {dO.shape}"
-        )
-    batch = O.shape[:-2]
-    dtype = O.dtype
-    d = Q.shape[-1]
-    scale = dtype.type(1 / math.sqrt(d))
-    delta = np.einsum("...ij,...ij->...i", dO, O)  # rowsum(dA * A) = rowsum(dO * O)
+    G = as_float_like("G", G, O.shape, "the output O")
+    workers = _workers(saved.workers if workers is None else workers, Q, K, V)
+    batch, dtype = O.shape[:-2], O.dtype
+    scale = dtype.type(1 / math.sqrt(Q.shape[-1]))
+    delta = np.einsum("...ij,...ij->...i", G, O)  # rowsum(dA * A) = rowsum(G * O)
     shift = _finite_or_zero(lse)  # a row that sees no key: every P entry is hidden
     dK = np.zeros(batch + K.shape[-2:], dtype)
     dV = np.zeros(batch + V.shape[-2:], dtype)
     visits = causal_tiles(Q.shape[-2], K.shape[-2], block_q, block_k, causal)
     key_blocks = sorted({t.j0 for t in visits})
-    workers = _workers(workers, Q, K, V)
-    groups = [key_blocks[w::workers] for w in range(workers)]  # fixed: deterministic
-    dQ_parts = [np.zeros(batch + Q.shape[-2:], dtype) for g in groups if g]
+    groups = [set(key_blocks[w::workers]) for w in range(workers)]  # a fixed split
+    groups = [g for g in groups if g]
+    dQ_parts = [np.zeros(batch + Q.shape[-2:], dtype) for _ in groups]
 
-    def key_group(item):
-        dQ, blocks = item  # each group its own dQ, summed in a fixed order below
-        for t in (t for t in visits if t.j0 in blocks):
+    def key_group(w):  # the tiles of the key blocks of group w; its own part of dQ
+        for t in (t for t in visits if t.j0 in groups[w]):
             Qs = Q[..., t.i0 : t.i1, :] * scale  # (..., bq, d)
             K_j, V_j = K[..., t.j0 : t.j1, :], V[..., t.j0 : t.j1, :]
-            dO_i = dO[..., t.i0 : t.i1, :]
+            G_i = G[..., t.i0 : t.i1, :]  # (..., bq, r)
             S = Qs @ np.swapaxes(K_j, -1, -2)  # (..., bq, d) x (..., d, bk)
-            visible = _tile_visible(t, kv)
-            S = _hide(S, visible)
+            S = _hide(S, _tile_visible(t, kv))
             S = _subtract(S, shift[..., t.i0 : t.i1, None])  # in place when it can
             P = np.exp(S, out=S)  # (..., bq, bk): the weights, recomputed
             dV[..., t.j0 : t.j1, :] += (
-                np.swapaxes(P, -1, -2) @ dO_i
+                np.swapaxes(P, -1, -2) @ G_i
             )  # (bk, bq) x (bq, r)
-            dS = dO_i @ np.swapaxes(V_j, -1, -2)  # (..., bq, r) x (..., r, bk): dP
-            dS -= delta[..., t.i0 : t.i1, None]
-            dS *= P  # (..., bq, bk)
-            dQ[..., t.i0 : t.i1, :] += dS @ K_j  # (..., bq, bk) x (..., bk, d)
+            dP = G_i @ np.swapaxes(V_j, -1, -2)  # (..., bq, r) x (..., r, bk)
+            dS = np.multiply(P, np.subtract(dP, delta[..., t.i0 : t.i1, None], out=dP),
+                             out=dP)  # P * (dP - delta), in the memory of dP
+            dQ_parts[w][..., t.i0 : t.i1, :] += dS @ K_j  # (bq, bk) x (bk, d)
             dK[..., t.j0 : t.j1, :] += (
                 np.swapaxes(dS, -1, -2) @ Qs
             )  # (bk, bq) x (bq, d)
 
-    run_parallel(key_group, list(zip(dQ_parts, [set(g) for g in groups if g])), workers)
+    run_parallel(key_group, range(len(groups)), workers)
     dQ = dQ_parts[0] if dQ_parts else np.zeros(batch + Q.shape[-2:], dtype)
-    for part in dQ_parts[1:]:
+    for part in dQ_parts[1:]:  # summed in a fixed order: deterministic
         dQ += part
     dQ *= scale
     return (
@@ -522,7 +479,7 @@ def tiled_causal_attention_backward(
     query,
     key,
     value,
-    dO,
+    G,
     query_offset=0,
     *,
     key_valid=None,
@@ -541,4 +498,4 @@ def tiled_causal_attention_backward(
         block_q=block_q,
         block_k=block_k,
     )
-    return tiled_attention_backward(saved, dO)
+    return tiled_attention_backward(saved, G)

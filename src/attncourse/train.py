@@ -32,6 +32,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ._validate import as_number
 from .model import model_forward, model_loss, save_model
 from .optim import adamw_init, adamw_step, clip_by_global_norm, global_norm, lr_at
 
@@ -62,7 +63,8 @@ def _finite_logits(params, ids, config):
     return bool(np.isfinite(logits).all())
 
 
-def _split(batch, step):
+def _as_batch(batch, step):
+    """Return ``batch(step)``, or ``ValueError`` unless it is a triple."""
     data = batch(step)
     if not (isinstance(data, tuple) and len(data) == 3):
         raise ValueError(
@@ -116,51 +118,19 @@ def train(
     attncourse.train.TrainingDiverged: the loss is nan at step 2 (the learning rate \
 was 2.5e+199): lower it, or clip the gradients
     """
-    if not (isinstance(steps, int) and steps >= 1):
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    if every is not None and not (isinstance(every, int) and every >= 1):
-        raise ValueError(f"every must be None or an int >= 1, got {every!r}")
-    if not (isinstance(lines, int) and lines >= 0):
-        raise ValueError(f"lines must be an int >= 0, got {lines!r}")
+    steps = as_number("steps", steps, "[1, inf)", integer=True)
+    lines = as_number("lines", lines, "[0, inf)", integer=True)
+    every = as_number("every", every, "[1, inf)", integer=True, optional=True)
     if (evaluate is not None or checkpoint is not None) and every is None:
         every = steps
     with threadpool_limits(limits=1, user_api="blas"):
-        return _train(
-            params,
-            batch,
-            config,
-            steps,
-            lr,
-            warmup,
-            min_lr,
-            betas,
-            eps,
-            weight_decay,
-            clip,
-            evaluate,
-            every,
-            lines,
-            checkpoint,
-        )
+        return _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps,
+                      weight_decay, clip, evaluate, every, lines, checkpoint)
 
 
-def _train(
-    params,
-    batch,
-    config,
-    steps,
-    lr,
-    warmup,
-    min_lr,
-    betas,
-    eps,
-    weight_decay,
-    clip,
-    evaluate,
-    every,
-    lines,
-    checkpoint,
-):
+def _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps, weight_decay,
+           clip, evaluate, every, lines, checkpoint):
+    """The loop of :func:`train`, run on one BLAS thread."""
     state = adamw_init(params)
     history = {
         "step": np.arange(1, steps + 1),
@@ -172,7 +142,7 @@ def _train(
     shown = set(np.linspace(1, steps, lines).round().astype(int)) if lines else set()
     start, start_cpu = time.perf_counter(), time.process_time()
     for step in range(1, steps + 1):
-        ids, targets, counted = _split(batch, step)
+        ids, targets, counted = _as_batch(batch, step)
         try:
             with np.errstate(over="ignore", invalid="ignore"):  # caught just below
                 loss, grads = model_loss(

@@ -7,7 +7,7 @@ Any implementation of the signature ::
 
 with its backward pass ::
 
-    backward(query, key, value, dO, query_offset=0, *, key_valid=None)
+    backward(query, key, value, G, query_offset=0, *, key_valid=None)
         -> (dquery, dkey, dvalue)
 
 is held to the same properties, the entries of :data:`PROPERTIES`: values, gradients,
@@ -39,14 +39,16 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from ..layers.attention import (
+    AttentionSaved,
+    attention_backward,
     causal_attention,
     causal_attention_backward,
     causal_mask,
     key_valid_from_lengths,
 )
 from ..fast import fast_causal_attention, fast_causal_attention_backward
+from .._validate import require_sizes
 from ..tiled import (
-    require_blocks,
     tiled_causal_attention,
     tiled_causal_attention_backward,
 )
@@ -95,7 +97,7 @@ class Implementation(NamedTuple):
     name: str
     # attend(query, key, value, query_offset=0, dropout=None, *, key_valid=None)
     attend: Callable
-    # backward(query, key, value, dO, query_offset=0, *, key_valid=None)
+    # backward(query, key, value, G, query_offset=0, *, key_valid=None)
     backward: Callable
     offsets: bool = False
 
@@ -135,9 +137,9 @@ def _attend(impl, property, Q, K, V, key_valid=None, **kwargs):
     return np.asarray(result[0]), np.asarray(result[1])
 
 
-def _backward(impl, property, Q, K, V, dO, key_valid=None):
+def _backward(impl, property, Q, K, V, G, key_valid=None):
     kwargs = {} if key_valid is None else {"key_valid": key_valid}
-    grads = _run(property, impl.backward, Q, K, V, dO, **kwargs)
+    grads = _run(property, impl.backward, Q, K, V, G, **kwargs)
     if not (isinstance(grads, tuple) and len(grads) == 3):
         raise CheckFailed(property, "backward must return three gradients "
                           "(dquery, dkey, dvalue)", "return dquery, dkey, dvalue")
@@ -196,17 +198,6 @@ def definition(Q, K, V, key_valid=None):
             A[b][i, keys] = w
             O[b][i] = w @ Vb[b][keys]  # (n,) x (n, r) -> (r,)
     return O, A
-
-
-def _definition_gradients(Q, K, V, A, dO):
-    """dQ, dK, dV from the weights ``A`` by the formulas of Chapter 3."""
-    d = Q.shape[-1]
-    dV = np.swapaxes(A, -1, -2) @ dO  # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)
-    dA = dO @ np.swapaxes(V, -1, -2)  # (..., T_q, r) x (..., r, T_k) -> (..., T_q, T_k)
-    dS = A * (dA - np.sum(A * dA, axis=-1, keepdims=True))  # (..., T_q, T_k)
-    dQ = dS @ K / math.sqrt(d)  # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d)
-    dK = np.swapaxes(dS, -1, -2) @ Q / math.sqrt(d)  # (..., T_k, T_q) x (..., T_q, d)
-    return dQ, dK, dV
 
 
 def _close(actual, desired, rtol=VALUE_TOLERANCE, atol=VALUE_TOLERANCE):
@@ -284,19 +275,19 @@ def _gradient_cases(seed):
 
 
 def assert_gradients(impl, seed=1, steps=STEPS, tolerance=TOLERANCE):
-    """``backward`` agrees with central differences of ``J = sum(output * dO)`` on every
+    """``backward`` agrees with central differences of ``J = sum(output * G)`` on every
     coordinate of query, key and value (float64, seeded, unequal sizes, broadcast batch
     axes summed back, padded rows), steps and tolerance of
     :mod:`attncourse.kit.gradients`."""
     rng = np.random.default_rng(seed + 1000)
     for label, Q, K, V, key_valid in _gradient_cases(seed):
         O, _ = _attend(impl, "gradients", Q, K, V, key_valid)
-        dO = rng.standard_normal(O.shape)
-        dQ, dK, dV = _backward(impl, "gradients", Q, K, V, dO, key_valid)
+        G = rng.standard_normal(O.shape)
+        dQ, dK, dV = _backward(impl, "gradients", Q, K, V, G, key_valid)
 
         def J(Q, K, V):
             O, _ = _attend(impl, "gradients", Q, K, V, key_valid)
-            return float(np.sum(O * dO))
+            return float(np.sum(O * G))
 
         report = gradcheck(J, {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV},
                            steps=steps, tolerance=tolerance)
@@ -305,7 +296,7 @@ def assert_gradients(impl, seed=1, steps=STEPS, tolerance=TOLERANCE):
             raise CheckFailed(
                 "gradients", f"{label}: d{name} disagrees with central differences "
                 f"(max |error| {report.worst:.1e} >= {tolerance:.0e}, h={h:.0e})",
-                "dV = A^T dO, dA = dO V^T, dS = A (dA - rowsum(A dA)), "
+                "dV = A^T G, dA = G V^T, dS = A (dA - rowsum(A dA)), "
                 "dQ = dS K / sqrt(d), dK = dS^T Q / sqrt(d)",
             )
 
@@ -338,9 +329,9 @@ def assert_causality(impl, seed=2):
                 f"and values after {t} changed",
                 "mask the scores before the softmax, so later keys never enter it",
             )
-        dO = np.zeros(O.shape)
-        dO[..., t, :] = rng.standard_normal(dO[..., t, :].shape)  # only the output at t
-        dQ, dK, dV = _backward(impl, "causality", Q, K, V, dO)
+        G = np.zeros(O.shape)
+        G[..., t, :] = rng.standard_normal(G[..., t, :].shape)  # only the output at t
+        dQ, dK, dV = _backward(impl, "causality", Q, K, V, G)
         if np.any(dK[..., t + 1:, :] != 0) or np.any(dV[..., t + 1:, :] != 0):
             raise CheckFailed(
                 "causality", f"the output at {t} has a non-zero gradient with respect "
@@ -354,9 +345,9 @@ def assert_causality(impl, seed=2):
             )
 
 
-def assert_padded_case(impl, Q, K, V, dO, key_valid):
+def assert_padded_case(impl, Q, K, V, G, key_valid):
     """The padding properties on one batch: ``Q (B, T, d)``, ``K (B, T, d)``,
-    ``V (B, T, r)``, upstream ``dO (B, T, r)``, ``key_valid (B, T)``.
+    ``V (B, T, r)``, upstream ``G (B, T, r)``, ``key_valid (B, T)``.
 
     No floating-point error and everything finite; :func:`padding_failures` is empty,
     and real outputs are exactly unchanged by large new content at the padding; a query
@@ -375,7 +366,7 @@ def assert_padded_case(impl, Q, K, V, dO, key_valid):
         "a query with no visible key must not compute 0/0 or -inf - (-inf): give its "
         "row weight 0",
         lambda: attend(Q, K, V, key_valid),
-        lambda: _backward(impl, "padding", Q, K, V, dO, key_valid))
+        lambda: _backward(impl, "padding", Q, K, V, G, key_valid))
     if not all(np.all(np.isfinite(x)) for x in (O, A, dQ, dK, dV)):
         raise CheckFailed("padding", "NaN or infinity in the output, the probabilities "
                           "or a gradient" + where,
@@ -504,11 +495,11 @@ def assert_extreme_scores(impl):
     gradients of the formulas."""
     fix = "subtract the maximum of the visible scores of each row before exp"
     for label, Q, K, V, key_valid in _extreme_cases():
-        dO = np.ones(Q.shape[:-1] + (V.shape[-1],))
+        G = np.ones(Q.shape[:-1] + (V.shape[-1],))
         (O, A), grads = _floating_point_errors(
             "extreme scores", f"{label}: ", fix,
             lambda: _attend(impl, "extreme scores", Q, K, V, key_valid),
-            lambda: _backward(impl, "extreme scores", Q, K, V, dO, key_valid))
+            lambda: _backward(impl, "extreme scores", Q, K, V, G, key_valid))
         if not all(np.all(np.isfinite(x)) for x in (O, A, *grads)):
             raise CheckFailed("extreme scores", f"{label}: NaN or infinity", fix)
         O_def, A_def = definition(Q, K, V, key_valid)
@@ -518,7 +509,8 @@ def assert_extreme_scores(impl):
                 f"({_max_diff(A, A_def)})",
                 "take the row maximum over the visible scores only (after masking)",
             )
-        wanted = _definition_gradients(Q, K, V, A_def, dO)
+        # the package's backward, from the definition's weights
+        wanted = attention_backward(AttentionSaved(Q, K, V, A_def), G)
         for name, g, g_def in zip(("dquery", "dkey", "dvalue"), grads, wanted):
             scale = max(1.0, float(np.max(np.abs(g_def))))
             if not _close(g, g_def, 1e-9, 1e-9 * scale):
@@ -530,16 +522,18 @@ def assert_extreme_scores(impl):
 
 
 def _bad_inputs():
-    """(label, Q shape, K shape, V shape, key_valid, what the message must name)."""
+    """(label, Q shape, K shape, V shape, key_valid, what the message must name: the
+    offending shape and the size it contradicts, named as in
+    :data:`attncourse.layers.attention.QKV`)."""
     shapes = (2, 5, 3), (2, 5, 3), (2, 5, 4)
     return [
-        ("mismatched d", (5, 3), (5, 2), (5, 4), None, ["(5, 3)", "(5, 2)"]),
+        ("mismatched d", (5, 3), (5, 2), (5, 4), None, ["(5, 2)", "d=3"]),
         ("mismatched T of key and value", (5, 3), (5, 3), (4, 4), None,
-         ["(5, 3)", "(4, 4)"]),
+         ["(4, 4)", "T_k=5"]),
         ("1-D query", (3,), (5, 3), (5, 4), None, ["(3,)"]),
         ("1-D value", (5, 3), (5, 3), (4,), None, ["(4,)"]),
         ("batch axes that do not broadcast", (2, 5, 3), (3, 5, 3), (3, 5, 4), None,
-         ["(2, 5, 3)", "(3, 5, 3)"]),
+         ["do not broadcast", "(2,)", "(3,)"]),
         ("key_valid of the wrong length", *shapes, np.ones((2, 6), dtype=bool),
          ["key_valid", "(2, 6)"]),
         ("key_valid of the wrong batch", *shapes, np.ones((3, 5), dtype=bool),
@@ -566,16 +560,16 @@ def _rejects(label, fn, args, kwargs, fragments):
 
 def assert_bad_input(impl):
     """Bad input (mismatched ``d``, mismatched ``T`` of key and value, 1-D input, batch
-    axes that do not broadcast, a bad ``key_valid``; for ``backward`` also ``dO`` of the
+    axes that do not broadcast, a bad ``key_valid``; for ``backward`` also ``G`` of the
     wrong shape) raises ``ValueError`` whose message names the offending shapes."""
     for label, q, k, v, key_valid, fragments in _bad_inputs():
         Q, K, V = np.ones(q), np.ones(k), np.ones(v)
         kwargs = {} if key_valid is None else {"key_valid": key_valid}
         _rejects(label, impl.attend, (Q, K, V), kwargs, fragments)
-        dO = np.ones(q[:-1] + v[-1:])
-        _rejects("backward, " + label, impl.backward, (Q, K, V, dO), kwargs, fragments)
+        G = np.ones(q[:-1] + v[-1:])
+        _rejects("backward, " + label, impl.backward, (Q, K, V, G), kwargs, fragments)
     Q, K, V = np.ones((5, 3)), np.ones((5, 3)), np.ones((5, 4))
-    _rejects("backward, dO of the wrong shape", impl.backward,
+    _rejects("backward, G of the wrong shape", impl.backward,
              (Q, K, V, np.ones((4, 5))), {}, ["(4, 5)"])
 
 
@@ -725,17 +719,17 @@ def assert_query_offset(impl, seed=6, steps=STEPS, tolerance=TOLERANCE):
                 f"sequence's ({_max_diff(O, O_def)})",
                 "output = probabilities @ value",
             )
-        dO = rng.standard_normal(O.shape)
+        G = rng.standard_normal(O.shape)
         kwargs = {"query_offset": offset}
         if key_valid is not None:
             kwargs["key_valid"] = key_valid
-        grads = _run("query offset", impl.backward, Q, K, V, dO, **kwargs)
+        grads = _run("query offset", impl.backward, Q, K, V, G, **kwargs)
 
         def J(Q, K, V):
             O, _ = _attend(
                 impl, "query offset", Q, K, V, key_valid, query_offset=offset
             )
-            return float(np.sum(O * dO))
+            return float(np.sum(O * G))
 
         report = gradcheck(
             J,
@@ -756,11 +750,11 @@ def assert_query_offset(impl, seed=6, steps=STEPS, tolerance=TOLERANCE):
 
 def _rejects_offsets(impl):
     Q, K, V = np.ones((2, 3)), np.ones((4, 3)), np.ones((4, 5))
-    dO = np.ones((2, 5))
+    G = np.ones((2, 5))
     for offset, why in ((-1, "a negative offset"), (3, "an offset past the last key")):
         for name, fn, args in (
             ("attend", impl.attend, (Q, K, V)),
-            ("backward", impl.backward, (Q, K, V, dO)),
+            ("backward", impl.backward, (Q, K, V, G)),
         ):
             try:
                 fn(*args, query_offset=offset)
@@ -844,7 +838,10 @@ def causal_failures(attend, Q, K, V):
     >>> V = rng.normal(size=(4, 2))
     >>> causal_failures(causal_attention, Q, K, V)
     []
-    >>> causal_failures(attention_forward, Q, K, V)
+    >>> def all_visible(Q, K, V):
+    ...     O, saved = attention_forward(Q, K, V)
+    ...     return O, saved.A
+    >>> causal_failures(all_visible, Q, K, V)
     ['future keys get weight exactly 0']
     """
     _, A = attend(Q, K, V)
@@ -907,7 +904,7 @@ def tiled_implementation(block_q, block_k=None):
     :class:`~attncourse.kit.conformance.Implementation` (``block_k`` defaults to
     ``block_q``)."""
     block_k = block_q if block_k is None else block_k
-    require_blocks(block_q, block_k)
+    require_sizes(block_q=block_q, block_k=block_k)
 
     def attend(query, key, value, query_offset=0, dropout=None, *, key_valid=None):
         return tiled_causal_attention(
@@ -921,12 +918,12 @@ def tiled_implementation(block_q, block_k=None):
             block_k=block_k,
         )
 
-    def backward(query, key, value, dO, query_offset=0, *, key_valid=None):
+    def backward(query, key, value, G, query_offset=0, *, key_valid=None):
         return tiled_causal_attention_backward(
             query,
             key,
             value,
-            dO,
+            G,
             query_offset,
             key_valid=key_valid,
             block_q=block_q,

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..layers.head import validate_projections
+from .._validate import shaped
+from ..layers.head import PROJECTIONS
 from .._validate import require_sizes
 
 __all__ = [
@@ -77,7 +78,7 @@ def counted_head_forward(X, W_Q, W_K, W_V):
     >>> counted == attention_cost(T=5, D=7, d=3, r=4)
     True
     """
-    X, W_Q, W_K, W_V = validate_projections(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V = shaped(PROJECTIONS, X, W_Q, W_K, W_V)
     if X.ndim != 2:
         raise ValueError(
             f"counted_head_forward takes a 2-D X (T, D), got shape {X.shape}"

@@ -232,12 +232,13 @@ def layer_gradcheck(
 def qkv_gradcheck(
     backward, Q, K, V, G, *, forward=None, steps=STEPS, tolerance=TOLERANCE
 ):
-    """Check ``backward(Q, K, V, G) -> (dQ, dK, dV)`` against central differences of
+    """Check the pair's ``backward(saved, G) -> (dQ, dK, dV)``, with
+    ``_, saved = forward(Q, K, V)``, against central differences of
     ``J = sum(forward(Q, K, V)[0] * G)``.
 
     ``Q``, ``K`` and ``V`` are perturbed as three independent inputs; ``forward``
-    defaults to :func:`attncourse.attention_forward`. Returns a
-    :class:`GradcheckReport`.
+    defaults to :func:`attncourse.attention_forward` (any function returning
+    ``O, saved``). Returns a :class:`GradcheckReport`.
 
     >>> from attncourse.layers.attention import attention_backward
     >>> rng = np.random.default_rng(0)
@@ -248,7 +249,7 @@ def qkv_gradcheck(
     """
     if forward is None:
         from ..layers.attention import attention_forward as forward
-    dQ, dK, dV = backward(Q, K, V, G)
+    dQ, dK, dV = backward(forward(Q, K, V)[1], G)
     J = lambda Q, K, V: float(np.sum(forward(Q, K, V)[0] * G))
     return gradcheck(
         J,

@@ -29,7 +29,7 @@ Backward: for ``y = x + f(x)`` the gradient reaching ``x`` is ``dy`` (the identi
 
 import numpy as np
 
-from .._validate import as_float_array, require_params, require_sizes
+from .._validate import as_float_like, as_params, require_sizes, shaped
 from .layernorm import init_layernorm, layernorm_backward, layernorm_forward
 from .mlp import init_mlp, mlp_backward, mlp_forward
 from .multihead import init_multihead, multihead_backward, multihead_forward
@@ -37,6 +37,7 @@ from .multihead import init_multihead, multihead_backward, multihead_forward
 __all__ = ["init_block", "block_forward", "block_backward", "residual_backward"]
 
 SUBLAYERS = ("ln1", "attn", "ln2", "mlp")
+SPEC = "X(..., T, D) W_O(Hr, D)"  # W_O maps the heads back to D
 
 
 def init_block(rng, D, *, heads, d=None, r=None, ratio=4):
@@ -64,6 +65,11 @@ def init_block(rng, D, *, heads, d=None, r=None, ratio=4):
     }
 
 
+def _as_W_O(params):
+    """``params["attn"]["W_O"]``; ``ValueError`` naming a missing sublayer."""
+    return as_params("block", params, SUBLAYERS + ("attn.W_O",))[-1]
+
+
 def residual_backward(dY, d_sublayer):
     """Return ``dX = dY + d_sublayer`` for ``y = x + f(x)``: both paths, added once.
 
@@ -76,56 +82,32 @@ def residual_backward(dY, d_sublayer):
     return dY + d_sublayer
 
 
-def block_forward(params, X, *, heads, key_valid=None, eps=1e-5, approximate=False):
+def block_forward(params, X, *, heads, key_valid=None, eps=1e-5, approximate=False,
+                  past=None, query_offset=0):
     """Return ``Y, saved`` with ``H = X + multihead(LN1(X))``, ``Y = H + mlp(LN2(H))``.
 
     ``key_valid`` (optional, boolean ``(..., T)``) marks real tokens for the attention;
-    ``eps`` goes to both LayerNorms, ``approximate`` to the MLP's GELU.
+    ``eps`` goes to both LayerNorms, ``approximate`` to the MLP's GELU. ``past`` (the
+    cached keys and values of the earlier positions) and ``query_offset`` go to the
+    attention (:func:`attncourse.layers.multihead.multihead_forward`; Chapter 10).
 
     >>> params = init_block(np.random.default_rng(0), 6, heads=2)
-    >>> block_forward(params, np.ones((5, 4)), heads=2)  # doctest: +ELLIPSIS
+    >>> block_forward(params, np.ones((5, 4)), heads=2)
     Traceback (most recent call last):
     ...
-    ValueError: gamma must have one entry per feature of X: X has shape (5, 4) ...
+    ValueError: W_O must have shape (Hr, D) with D=4 (as in X), got shape (6, 6)
     """
-    require_params("block", params, SUBLAYERS)
-    X = as_float_array("X", X, min_ndim=2)
+    X, _ = shaped(SPEC, X, _as_W_O(params))
     N1, ln1 = layernorm_forward(params["ln1"], X, eps=eps)  # (..., T, D)
     # (..., T, D) x (D, H d) -> ... -> (..., T, H r) x (H r, D) -> (..., T, D)
-    att, attn = multihead_forward(params["attn"], N1, heads=heads, key_valid=key_valid)
-    if att.shape != X.shape:
-        raise ValueError(
-            f"the attention output must have the shape of X, {X.shape}, "
-            f"got {att.shape}: W_O must map back to D = {X.shape[-1]}"
-        )
+    att, attn = multihead_forward(params["attn"], N1, heads=heads, key_valid=key_valid,
+                                  past=past, query_offset=query_offset)
     H = X + att  # the first residual
     N2, ln2 = layernorm_forward(params["ln2"], H, eps=eps)  # (..., T, D)
     # (..., T, D) x (D, F) -> (..., T, F) x (F, D) -> (..., T, D)
     M, mlp = mlp_forward(params["mlp"], N2, approximate=approximate)
-    if M.shape != X.shape:
-        raise ValueError(
-            f"the MLP output must have the shape of X, {X.shape}, got {M.shape}: "
-            f"down.W must map back to D = {X.shape[-1]}"
-        )
     Y = H + M  # the second residual
     return Y, {"ln1": ln1, "attn": attn, "ln2": ln2, "mlp": mlp}
-
-
-def _backward(params, saved, dY, residual):
-    """The backward pass with the residual step as an argument (faults swap it)."""
-    require_params("block", params, SUBLAYERS)
-    dY = as_float_array("dY", dY)
-    X = saved["ln1"]["X"]
-    if dY.shape != X.shape:
-        raise ValueError(
-            f"dY must have the shape of Y (and X), {X.shape}, got {dY.shape}")
-    dmlp, dN2 = mlp_backward(params["mlp"], saved["mlp"], dY)  # (..., T, D)
-    dln2, dH_sub = layernorm_backward(params["ln2"], saved["ln2"], dN2)
-    dH = residual(dY, dH_sub)  # the identity path plus the MLP path
-    dattn, dN1 = multihead_backward(params["attn"], saved["attn"], dH)  # (..., T, D)
-    dln1, dX_sub = layernorm_backward(params["ln1"], saved["ln1"], dN1)
-    dX = residual(dH, dX_sub)  # the identity path plus the attention path
-    return {"ln1": dln1, "attn": dattn, "ln2": dln2, "mlp": dmlp}, dX
 
 
 def block_backward(params, saved, dY):
@@ -138,4 +120,12 @@ def block_backward(params, saved, dY):
     ...
     ValueError: dY must have the shape of Y (and X), (5, 6), got (6, 5)
     """
-    return _backward(params, saved, dY, residual_backward)
+    X, _ = shaped(SPEC, saved["ln1"]["X"], _as_W_O(params))
+    dY = as_float_like("dY", dY, X.shape, "Y (and X)")
+    dmlp, dN2 = mlp_backward(params["mlp"], saved["mlp"], dY)  # (..., T, D)
+    dln2, dH_sub = layernorm_backward(params["ln2"], saved["ln2"], dN2)  # (..., T, D)
+    dH = residual_backward(dY, dH_sub)  # the identity path plus the MLP path
+    dattn, dN1 = multihead_backward(params["attn"], saved["attn"], dH)  # (..., T, D)
+    dln1, dX_sub = layernorm_backward(params["ln1"], saved["ln1"], dN1)  # (..., T, D)
+    dX = residual_backward(dH, dX_sub)  # the identity path plus the attention path
+    return {"ln1": dln1, "attn": dattn, "ln2": dln2, "mlp": dmlp}, dX

@@ -23,22 +23,22 @@ array([[1., 1.],
 
 import numpy as np
 
-from .._validate import as_float_array, require_params, require_sizes
-from ..text import validate_ids
+from .._validate import as_float_like, as_ids, as_params, require_sizes, shaped
 
 __all__ = ["one_hot", "init_embedding", "embedding_forward", "embedding_backward"]
 
 
 def one_hot(ids, n_vocab):
-    """Return the one-hot vectors of ``ids``: shape ``ids.shape + (n_vocab,)``, float64.
+    """Return the one-hot vectors of ``ids``, ``onehot(x)[..., v] = [x == v]``: shape
+    ``ids.shape + (n_vocab,)``, float64.
 
     >>> one_hot([1, 0], 3)
     array([[0., 1., 0.],
            [1., 0., 0.]])
     """
-    ids = validate_ids(ids, n_vocab)
-    out = np.zeros(ids.shape + (n_vocab,))
-    np.put_along_axis(out, ids[..., None], 1.0, axis=-1)
+    ids = as_ids(ids, n_vocab)
+    out = np.zeros(ids.shape + (n_vocab,))  # (..., n_vocab)
+    np.put_along_axis(out, ids[..., None], 1.0, axis=-1)  # onehot(x)[..., x] = 1
     return out
 
 
@@ -52,9 +52,11 @@ def init_embedding(rng, n_vocab, D, *, scale=1.0):
     return {"E": scale * rng.standard_normal((n_vocab, D))}
 
 
-def _table(params):
-    require_params("embedding", params, ("E",))
-    return as_float_array("E", params["E"], ndim=2)
+def _as_table(params, ids):
+    """Return ``E (n_vocab, D)`` (float) and ``ids`` (int64, rows of ``E``), or raise
+    ``ValueError`` naming the shapes or ids at fault."""
+    E = shaped("E(n_vocab, D)", *as_params("embedding", params, "E"))
+    return E, as_ids(ids, E.shape[0])
 
 
 def embedding_forward(params, ids):
@@ -66,9 +68,9 @@ def embedding_forward(params, ids):
     >>> embedding_forward({"E": np.eye(3, 2)}, [[0, 1]])[0].shape
     (1, 2, 2)
     """
-    E = _table(params)
-    ids = validate_ids(ids, E.shape[0])
-    return E[ids], {"ids": ids}
+    E, ids = _as_table(params, ids)
+    X = E[ids]  # onehot(ids) (..., n_vocab) x E (n_vocab, D) -> (..., D), as a gather
+    return X, {"ids": ids}
 
 
 def embedding_backward(params, saved, dX):
@@ -83,17 +85,11 @@ def embedding_backward(params, saved, dX):
     >>> embedding_backward(params, saved, np.ones((2, 3)))
     Traceback (most recent call last):
     ...
-    ValueError: dX must have shape ids.shape + (D,) = (3, 3), got dX of shape (2, 3)
+    ValueError: dX must have the shape of X = E[ids], (3, 3), got (2, 3)
     """
-    E = _table(params)
-    ids = saved["ids"]
-    dX = as_float_array("dX", dX)
-    if dX.shape != ids.shape + (E.shape[1],):
-        want = ", ".join(map(str, ids.shape + (E.shape[1],)))
-        raise ValueError(
-            f"dX must have shape ids.shape + (D,) = ({want}), got dX of shape "
-            f"{dX.shape}"
-        )
+    E, ids = _as_table(params, saved["ids"])
+    dX = as_float_like("dX", dX, ids.shape + E.shape[1:], "X = E[ids]")
     dE = np.zeros(E.shape, dtype=np.result_type(E, dX))
-    np.add.at(dE, ids.reshape(-1), dX.reshape(-1, E.shape[1]))  # row ids[i] += dX[i]
+    # onehot(ids)^T (n_vocab, N) x dX (N, D) -> (n_vocab, D): row ids[i] += dX[i]
+    np.add.at(dE, ids.reshape(-1), dX.reshape(-1, E.shape[1]))
     return {"E": dE}, None

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from .._validate import as_float_array
+from .._validate import as_float_array, as_float_like, require_bool
 
 __all__ = ["gelu", "gelu_derivative", "gelu_forward", "gelu_backward"]
 
@@ -39,11 +39,6 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 CUBIC = 0.044715  # the tanh form's coefficient of x^3
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _require_bool(approximate):
-    if not isinstance(approximate, (bool, np.bool_)):
-        raise ValueError(f"approximate must be True or False, got {approximate!r}")
 
 
 def _tanh_u(x):
@@ -59,7 +54,7 @@ def gelu(x, *, approximate=False):
     >>> gelu(np.array([-3.0, 3.0]), approximate=True).round(6)
     array([-0.003637,  2.996363])
     """
-    _require_bool(approximate)
+    require_bool("approximate", approximate)
     x = as_float_array("x", x)
     if approximate:
         return 0.5 * x * (1.0 + _tanh_u(x))
@@ -72,20 +67,22 @@ def gelu_derivative(x, *, approximate=False):
     >>> gelu_derivative(np.array([0.0, 1.0])).round(6)  # Phi(0) = 1/2; Phi(1) + phi(1)
     array([0.5     , 1.083315])
     """
-    _require_bool(approximate)
+    require_bool("approximate", approximate)
     x = as_float_array("x", x)
     if approximate:
         t = _tanh_u(x)
-        du = SQRT_2_OVER_PI * (1.0 + 3.0 * CUBIC * x**2)
+        du = SQRT_2_OVER_PI * (1.0 + 3.0 * CUBIC * x**2)  # du/dx
         return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
     Phi = 0.5 * (1.0 + _erf(x / math.sqrt(2.0)))
     phi = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
     return Phi + x * phi
 
 
-def _require_no_params(params):
+def _as_input(params, X):
+    """``X`` as a float array; ``ValueError`` unless ``params`` is ``{}``."""
     if not isinstance(params, dict) or params:
         raise ValueError(f"gelu has no parameters: params must be {{}}, got {params!r}")
+    return as_float_array("X", X)
 
 
 def gelu_forward(params, X, *, approximate=False):
@@ -96,9 +93,8 @@ def gelu_forward(params, X, *, approximate=False):
     ...
     ValueError: gelu has no parameters: params must be {}, got {'W': 1.0}
     """
-    _require_no_params(params)
-    X = as_float_array("X", X)
-    Y = gelu(X, approximate=approximate)
+    X = _as_input(params, X)
+    Y = gelu(X, approximate=approximate)  # (...), elementwise
     return Y, {"X": X, "approximate": approximate}
 
 
@@ -111,10 +107,6 @@ def gelu_backward(params, saved, dY):
     ...
     ValueError: dY must have the shape of Y (and X), (2, 3), got (3, 2)
     """
-    _require_no_params(params)
-    X = saved["X"]
-    dY = as_float_array("dY", dY)
-    if dY.shape != X.shape:
-        raise ValueError(
-            f"dY must have the shape of Y (and X), {X.shape}, got {dY.shape}")
-    return {}, dY * gelu_derivative(X, approximate=saved["approximate"])
+    X = _as_input(params, saved["X"])
+    dY = as_float_like("dY", dY, X.shape, "Y (and X)")
+    return {}, dY * gelu_derivative(X, approximate=saved["approximate"])  # elementwise

@@ -17,45 +17,32 @@ The input ``X (..., T, D)`` feeds three branches, so its gradient is the **sum**
 (['W_K', 'W_Q', 'W_V'], (5, 7))
 """
 
-from .._validate import as_float_array, require_params
-from .attention import attention_forward, backward_from_weights
+from .._validate import as_float_array, as_float_like, as_params, shaped
+from .attention import AttentionSaved, attention_backward, attention_forward
 from .linear import matmul_backward
 
 __all__ = [
     "PARAMETER_NAMES",
-    "validate_projections",
+    "PROJECTIONS",
     "project",
     "head_forward",
     "head_backward",
 ]
 
 PARAMETER_NAMES = ("W_Q", "W_K", "W_V")
+# the shapes of the input and the projections, for :func:`attncourse._validate.shaped`
+PROJECTIONS = "X(..., T, D) W_Q(D, d) W_K(D, d) W_V(D, r)"
 
 
-def validate_projections(X, W_Q, W_K, W_V):
+def _as_inputs(params, X):
     """Return ``X, W_Q, W_K, W_V`` as float arrays, or raise ``ValueError`` naming the
-    shapes at fault."""
-    X = as_float_array("X", X, min_ndim=2)
-    W_Q, W_K, W_V = (
-        as_float_array(n, W, ndim=2)
-        for n, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V))
-    )
-    for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
-        if W.shape[0] != X.shape[-1]:
-            raise ValueError(
-                f"{name} must have one row per input feature: X has shape {X.shape} "
-                f"(D={X.shape[-1]}), {name} has shape {W.shape}"
-            )
-    if W_Q.shape[1] != W_K.shape[1]:
-        raise ValueError(
-            f"W_Q and W_K must share the key width d: W_Q {W_Q.shape}, W_K {W_K.shape}"
-        )
-    return X, W_Q, W_K, W_V
+    parameter missing or the shapes at fault."""
+    return shaped(PROJECTIONS, X, *as_params("head", params, PARAMETER_NAMES))
 
 
 def project(X, W_Q, W_K, W_V):
     """Return ``Q, K, V = X W_Q, X W_K, X W_V``."""
-    X, W_Q, W_K, W_V = validate_projections(X, W_Q, W_K, W_V)
+    X, W_Q, W_K, W_V = shaped(PROJECTIONS, X, W_Q, W_K, W_V)
     Q = X @ W_Q  # (..., T, D) x (D, d) -> (..., T, d)
     K = X @ W_K  # (..., T, D) x (D, d) -> (..., T, d)
     V = X @ W_V  # (..., T, D) x (D, r) -> (..., T, r)
@@ -65,27 +52,22 @@ def project(X, W_Q, W_K, W_V):
 def head_forward(params, X):
     """Return ``O, saved``: the head's output ``A V`` and what the backward pass needs
     (``X, Q, K, V, A``)."""
-    require_params("head", params, PARAMETER_NAMES)
-    Q, K, V = project(X, *(params[n] for n in PARAMETER_NAMES))
-    O, A = attention_forward(Q, K, V)  # (..., T, r), (..., T, T)
-    return O, {"X": as_float_array("X", X), "Q": Q, "K": K, "V": V, "A": A}
+    X, W_Q, W_K, W_V = _as_inputs(params, X)
+    Q, K, V = project(X, W_Q, W_K, W_V)  # (..., T, d), (..., T, d), (..., T, r)
+    O, attention = attention_forward(Q, K, V)  # (..., T, r); Q, K, V, A (..., T, T)
+    return O, {"X": as_float_array("X", X), **attention._asdict()}
 
 
 def head_backward(params, saved, G):
-    """Return ``dparams, dX`` for the upstream gradient ``G = dJ/dO``; ``dX`` sums the
-    three branches."""
-    require_params("head", params, PARAMETER_NAMES)
-    X, Q, K, V, A = (saved[n] for n in ("X", "Q", "K", "V", "A"))
-    X, W_Q, W_K, W_V = validate_projections(X, *(params[n] for n in PARAMETER_NAMES))
-    G = as_float_array("G", G)
-    if G.shape != Q.shape[:-1] + (V.shape[-1],):
-        raise ValueError(
-            f"G must have the shape of O = A V, {Q.shape[:-1] + (V.shape[-1],)}, got "
-            f"{G.shape}"
-        )
-    dQ, dK, dV = backward_from_weights(Q, K, V, A, G)
-    dX_Q, dW_Q = matmul_backward(X, W_Q, dQ)
-    dX_K, dW_K = matmul_backward(X, W_K, dK)
-    dX_V, dW_V = matmul_backward(X, W_V, dV)
+    """Return ``dparams, dX`` for the upstream gradient ``G = dJ/dO``:
+    ``dW_Q = X^T dQ``, ``dW_K = X^T dK``, ``dW_V = X^T dV`` and
+    ``dX = dQ W_Q^T + dK W_K^T + dV W_V^T``, the sum of the three branches."""
+    X, W_Q, W_K, W_V = _as_inputs(params, saved["X"])
+    Q, K, V, A = (saved[n] for n in ("Q", "K", "V", "A"))
+    G = as_float_like("G", G, Q.shape[:-1] + V.shape[-1:], "O = A V")
+    dQ, dK, dV = attention_backward(AttentionSaved(Q, K, V, A), G)
+    dX_Q, dW_Q = matmul_backward(X, W_Q, dQ)  # dQ W_Q^T (..., T, D), X^T dQ (D, d)
+    dX_K, dW_K = matmul_backward(X, W_K, dK)  # dK W_K^T (..., T, D), X^T dK (D, d)
+    dX_V, dW_V = matmul_backward(X, W_V, dV)  # dV W_V^T (..., T, D), X^T dV (D, r)
     # three branches summed
     return {"W_Q": dW_Q, "W_K": dW_K, "W_V": dW_V}, dX_Q + dX_K + dX_V

@@ -28,15 +28,14 @@ array([[-1.06904497, -0.53452248,  0.        ,  1.60356745]])
 (True, True)
 """
 
-import math
-
 import numpy as np
 
-from .._validate import as_float_array, require_params, require_sizes
+from .._validate import as_float_like, as_number, as_params, require_sizes, shaped
 
 __all__ = ["init_layernorm", "layernorm_forward", "layernorm_backward"]
 
 PARAMETER_NAMES = ("gamma", "beta")
+SPEC = "X(..., D) gamma(D) beta(D)"
 
 
 def init_layernorm(D):
@@ -49,31 +48,6 @@ def init_layernorm(D):
     return {"gamma": np.ones(D), "beta": np.zeros(D)}
 
 
-def _require_eps(eps):
-    """Raise ``ValueError`` unless ``eps`` is a finite number ``>= 0`` (not a bool)."""
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(
-            eps, (int, float, np.integer, np.floating)):
-        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-    if not (math.isfinite(eps) and eps >= 0):
-        raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-
-
-def _check(params, X):
-    """Return ``gamma, beta, X`` as float arrays; ``ValueError`` names wrong shapes."""
-    require_params("layernorm", params, PARAMETER_NAMES)
-    gamma = as_float_array("gamma", params["gamma"], ndim=1)
-    beta = as_float_array("beta", params["beta"], ndim=1)
-    X = as_float_array("X", X, min_ndim=1)
-    D = X.shape[-1]
-    for name, p in (("gamma", gamma), ("beta", beta)):
-        if p.shape != (D,):
-            raise ValueError(
-                f"{name} must have one entry per feature of X: X has shape {X.shape} "
-                f"(D={D}), {name} has shape {p.shape}"
-            )
-    return gamma, beta, X
-
-
 def layernorm_forward(params, X, *, eps=1e-5):
     """Return ``Y, saved``, ``Y = gamma * (X - mu) / sqrt(var + eps) + beta`` per row.
 
@@ -84,20 +58,20 @@ def layernorm_forward(params, X, *, eps=1e-5):
     >>> Y, saved = layernorm_forward(init_layernorm(3), np.ones((2, 5, 3)))
     >>> Y.shape, saved["inv_std"].shape  # a constant row: x_hat = 0, Y = beta
     ((2, 5, 3), (2, 5, 1))
-    >>> layernorm_forward(init_layernorm(4), np.ones((2, 3)))  # doctest: +ELLIPSIS
+    >>> layernorm_forward(init_layernorm(4), np.ones((2, 3)))
     Traceback (most recent call last):
     ...
-    ValueError: gamma must have one entry per feature of X: X has shape (2, 3) ...
+    ValueError: gamma must have shape (D) with D=3 (as in X), got shape (4,)
     """
-    _require_eps(eps)
-    gamma, beta, X = _check(params, X)
+    X, gamma, beta = shaped(SPEC, X, *as_params("layernorm", params, PARAMETER_NAMES))
+    eps = as_number("eps", eps, "[0, inf)")
     D = X.shape[-1]
     mu = X.sum(axis=-1, keepdims=True) / D  # (..., 1)
-    centred = X - mu
+    centred = X - mu  # (..., D)
     var = (centred * centred).sum(axis=-1, keepdims=True) / D  # biased: divide by D
     inv_std = 1.0 / np.sqrt(var + eps)  # (..., 1)
-    x_hat = centred * inv_std
-    Y = gamma * x_hat + beta
+    x_hat = centred * inv_std  # (..., D)
+    Y = gamma * x_hat + beta  # (D,) * (..., D) + (D,) -> (..., D)
     return Y, {"X": X, "x_hat": x_hat, "inv_std": inv_std}
 
 
@@ -111,17 +85,15 @@ def layernorm_backward(params, saved, dY):
     ...
     ValueError: dY must have the shape of Y (and X), (2, 3), got (3, 2)
     """
-    gamma, _, X = _check(params, saved["X"])
-    x_hat, inv_std = saved["x_hat"], saved["inv_std"]
-    dY = as_float_array("dY", dY)
-    if dY.shape != X.shape:
-        raise ValueError(
-            f"dY must have the shape of Y (and X), {X.shape}, got {dY.shape}")
+    X, gamma, _ = shaped(SPEC, saved["X"], *as_params("layernorm", params,
+                                                      PARAMETER_NAMES))
+    dY = as_float_like("dY", dY, X.shape, "Y (and X)")
+    x_hat, inv_std = saved["x_hat"], saved["inv_std"]  # (..., D), (..., 1)
     D = X.shape[-1]
-    g = dY * gamma  # the gradient with respect to x_hat
+    g = dY * gamma  # (..., D): the gradient with respect to x_hat
     mean_g = g.sum(axis=-1, keepdims=True) / D  # the mean path
     mean_gx = (g * x_hat).sum(axis=-1, keepdims=True) / D  # the variance path
-    dX = (g - mean_g - x_hat * mean_gx) * inv_std
+    dX = (g - mean_g - x_hat * mean_gx) * inv_std  # (..., D)
     dgamma = np.sum((dY * x_hat).reshape(-1, D), axis=0)  # summed over leading axes
     dbeta = np.sum(dY.reshape(-1, D), axis=0)
     return {"gamma": dgamma, "beta": dbeta}, dX

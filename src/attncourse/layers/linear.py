@@ -18,7 +18,7 @@ array([[ 2.,  2., -1.]])
 
 import numpy as np
 
-from .._validate import as_float_array, require_params, require_sizes
+from .._validate import as_float_like, as_params, require_sizes, shaped
 
 __all__ = ["init_linear", "linear_forward", "linear_backward", "matmul_backward"]
 
@@ -38,24 +38,11 @@ def init_linear(rng, D_in, D_out, *, bias=False, scale=1.0):
     return params
 
 
-def _check(params, X):
-    require_params("linear", params, ("W",))
-    W = as_float_array("W", params["W"], ndim=2)
-    X = as_float_array("X", X, min_ndim=1)
-    if W.shape[0] != X.shape[-1]:
-        raise ValueError(
-            f"W must have one row per feature of X: X has shape {X.shape} "
-            f"(D={X.shape[-1]}), W has shape {W.shape}"
-        )
-    b = None
-    if "b" in params:
-        b = as_float_array("b", params["b"], ndim=1)
-        if b.shape != (W.shape[1],):
-            raise ValueError(
-                f"b must have one entry per output column: W has shape {W.shape}, b "
-                f"has shape {b.shape}"
-            )
-    return W, b, X
+def _as_inputs(params, X):
+    """Return ``X (..., D_in)``, ``W (D_in, D_out)`` and ``b (D_out,)`` (None without a
+    bias) as float arrays, or raise ``ValueError`` naming the shapes at fault."""
+    W, = as_params("linear", params, "W")
+    return shaped("X(..., D_in) W(D_in, D_out) b(D_out)", X, W, params.get("b"))
 
 
 def linear_forward(params, X):
@@ -66,13 +53,12 @@ def linear_forward(params, X):
     >>> linear_forward({"W": np.ones((5, 7))}, np.ones((4, 3)))
     Traceback (most recent call last):
     ...
-    ValueError: W must have one row per feature of X: X has shape (4, 3) (D=3),
-    W has shape (5, 7)
+    ValueError: W must have shape (D_in, D_out) with D_in=3 (as in X), got shape (5, 7)
     """
-    W, b, X = _check(params, X)
+    X, W, b = _as_inputs(params, X)
     Y = X @ W  # (..., D_in) x (D_in, D_out) -> (..., D_out)
     if b is not None:
-        Y = Y + b
+        Y = Y + b  # (..., D_out) + (D_out,)
     return Y, {"X": X}
 
 
@@ -96,14 +82,11 @@ def linear_backward(params, saved, dY):
     ...
     ValueError: dY must have the shape of Y = X W, (4, 5), got (5, 4)
     """
-    W, b, X = _check(params, saved["X"])
-    dY = as_float_array("dY", dY)
-    want = X.shape[:-1] + (W.shape[1],)
-    if dY.shape != want:
-        raise ValueError(f"dY must have the shape of Y = X W, {want}, got {dY.shape}")
+    X, W, b = _as_inputs(params, saved["X"])
+    dY = as_float_like("dY", dY, X.shape[:-1] + W.shape[1:], "Y = X W")
     dX, dW = matmul_backward(X, W, dY)
     dparams = {"W": dW}
     if b is not None:
-        # the bias is added at every position
+        # the bias is added at every position: db = sum over them of dY, (D_out,)
         dparams["b"] = dY.reshape(-1, W.shape[1]).sum(axis=0)
     return dparams, dX

@@ -23,11 +23,13 @@ not interact: row ``t`` of ``Y`` depends on row ``t`` of ``X`` only.
 
 import numpy as np
 
-from .._validate import as_float_array, require_params, require_sizes
+from .._validate import as_params, require_sizes, shaped
 from .gelu import gelu_backward, gelu_forward
 from .linear import init_linear, linear_backward, linear_forward
 
 __all__ = ["init_mlp", "mlp_forward", "mlp_backward"]
+
+SPEC = "X(..., D) W_up(D, F) W_down(F, D)"
 
 
 def init_mlp(rng, D, *, ratio=4):
@@ -48,39 +50,18 @@ def init_mlp(rng, D, *, ratio=4):
     }
 
 
-def _check(params, X):
-    """Raise ``ValueError`` naming the shapes unless ``up`` and ``down`` fit ``X``."""
-    require_params("mlp", params, ("up", "down"))
-    require_params("mlp up", params["up"], ("W",))
-    require_params("mlp down", params["down"], ("W",))
-    X = as_float_array("X", X, min_ndim=1)
-    W_up = as_float_array("up.W", params["up"]["W"], ndim=2)
-    W_down = as_float_array("down.W", params["down"]["W"], ndim=2)
-    if W_up.shape[0] != X.shape[-1]:
-        raise ValueError(
-            f"up.W must have one row per feature of X: X has shape {X.shape}, "
-            f"up.W has shape {W_up.shape}"
-        )
-    if W_down.shape[0] != W_up.shape[1]:
-        raise ValueError(
-            f"down.W must have one row per hidden unit: up.W has shape {W_up.shape}, "
-            f"down.W has shape {W_down.shape}"
-        )
-    return X
-
-
 def mlp_forward(params, X, *, approximate=False):
     """Return ``Y, saved`` with ``Y = gelu(X W_up + b_up) W_down + b_down``.
 
     ``approximate`` selects GELU's tanh form. ``saved`` holds the three pairs' stashes.
 
     >>> params = init_mlp(np.random.default_rng(0), 3)
-    >>> mlp_forward(params, np.ones((4, 5)))  # doctest: +ELLIPSIS
+    >>> mlp_forward(params, np.ones((4, 5)))
     Traceback (most recent call last):
     ...
-    ValueError: up.W must have one row per feature of X: X has shape (4, 5), ...
+    ValueError: W_up must have shape (D, F) with D=5 (as in X), got shape (3, 12)
     """
-    X = _check(params, X)
+    X, _, _ = shaped(SPEC, X, *as_params("mlp", params, "up.W down.W"))
     U, up = linear_forward(params["up"], X)  # (..., D) x (D, F) -> (..., F)
     A, act = gelu_forward({}, U, approximate=approximate)  # (..., F)
     Y, down = linear_forward(params["down"], A)  # (..., F) x (F, D) -> (..., D)
@@ -93,7 +74,7 @@ def mlp_backward(params, saved, dY):
     ``dparams`` has the nesting of ``params``; weight and bias gradients are summed over
     every leading axis.
     """
-    _check(params, saved["up"]["X"])
+    shaped(SPEC, saved["up"]["X"], *as_params("mlp", params, "up.W down.W"))
     ddown, dA = linear_backward(params["down"], saved["down"], dY)  # dA (..., F)
     _, dU = gelu_backward({}, saved["gelu"], dA)  # (..., F)
     dup, dX = linear_backward(params["up"], saved["up"], dU)  # dX (..., D)

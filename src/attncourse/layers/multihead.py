@@ -19,8 +19,9 @@ the backward of a split is a merge; ``dX`` sums the three projection branches.
 
 import numpy as np
 
-from .._validate import as_float_array, require_params, require_sizes
-from .attention import backward_from_weights, causal_attention, key_padding_mask
+from .._validate import as_float_like, as_params, require_sizes, shaped
+from .attention import (AttentionSaved, attention_backward, causal_attention,
+                        key_padding_mask)
 from .head import project
 from .linear import matmul_backward
 
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 PARAMETER_NAMES = ("W_Q", "W_K", "W_V", "W_O")
+# the shapes of the input and the weights, for :func:`attncourse._validate.shaped`
+SHAPES = "X(..., T, D) W_Q(D, Hd) W_K(D, Hd) W_V(D, Hr) W_O(Hr, D_out)"
 
 
 def split_heads(Y, heads):
@@ -46,18 +49,11 @@ def split_heads(Y, heads):
     array([[2, 3],
            [8, 9]])
     """
-    Y = np.asarray(Y)
-    if Y.ndim < 2:
-        raise ValueError(
-            "split_heads needs at least 2-D input (positions, features), got shape "
-            f"{Y.shape}"
-        )
+    Y = np.asarray(Y)  # any dtype: a split only moves entries
     require_sizes(heads=heads)
-    if Y.shape[-1] % heads:
-        raise ValueError(
-            f"cannot split {Y.shape[-1]} columns (shape {Y.shape}) into {heads} equal "
-            "heads"
-        )
+    if Y.ndim < 2 or Y.shape[-1] % heads:
+        raise ValueError(f"cannot split Y of shape {Y.shape} into {heads} equal heads: "
+                         f"Y must have shape (..., T, H w)")
     *lead, T, width = Y.shape
     # (..., T, H, w): position first
     per_head = Y.reshape(*lead, T, heads, width // heads)
@@ -75,11 +71,9 @@ def merge_heads(O):
     >>> bool(np.array_equal(merge_heads(split_heads(Y, 3)), Y))
     True
     """
-    O = np.asarray(O)
+    O = np.asarray(O)  # any dtype: a merge only moves entries
     if O.ndim < 3:
-        raise ValueError(
-            f"merge_heads needs input of shape (..., H, T, w), got shape {O.shape}"
-        )
+        raise ValueError(f"O must have shape (..., H, T, w), got shape {O.shape}")
     *lead, H, T, w = O.shape
     # (..., H, T, w) -> (..., T, H, w) -> (..., T, H w)
     return np.swapaxes(O, -3, -2).reshape(*lead, T, H * w)
@@ -104,101 +98,34 @@ def init_multihead(rng, D, *, heads, d, r, D_out=None):
     }
 
 
-def _check(params, X, heads):
+def _as_inputs(params, X, heads):
     """Return ``X`` and the four weights as float arrays, or raise ``ValueError`` naming
-    the shapes."""
-    require_params("multihead", params, PARAMETER_NAMES)
+    the shapes at fault (the columns of ``W_Q``, ``W_K`` and ``W_V`` split into
+    ``heads`` equal blocks)."""
     require_sizes(heads=heads)
-    X = as_float_array("X", X)
-    W_Q, W_K, W_V, W_O = (as_float_array(n, params[n]) for n in PARAMETER_NAMES)
-    if X.ndim < 2:
-        raise ValueError(
-            f"X must be at least 2-D (positions, features), got shape {X.shape}"
-        )
-    for name, W in zip(PARAMETER_NAMES, (W_Q, W_K, W_V, W_O)):
-        if W.ndim != 2:
-            raise ValueError(f"{name} must be 2-D, got shape {W.shape}")
-    for name, W in (("W_Q", W_Q), ("W_K", W_K), ("W_V", W_V)):
-        if W.shape[0] != X.shape[-1]:
-            raise ValueError(
-                f"{name} must have one row per input feature: X has shape {X.shape}, "
-                f"{name} has shape {W.shape}"
-            )
-    if W_Q.shape != W_K.shape:
-        raise ValueError(
-            f"W_Q and W_K must have the same shape (D, H d): W_Q {W_Q.shape}, W_K "
-            f"{W_K.shape}"
-        )
+    weights = as_params("multihead", params, PARAMETER_NAMES)
+    X, W_Q, W_K, W_V, W_O = shaped(SHAPES, X, *weights)
     for name, W in (("W_Q", W_Q), ("W_V", W_V)):
         if W.shape[1] % heads:
-            raise ValueError(
-                f"{name} has shape {W.shape}: its {W.shape[1]} columns do not split "
-                f"into {heads} heads"
-            )
-    if W_O.shape[0] != W_V.shape[1]:
-        raise ValueError(
-            f"W_O must have one row per concatenated value column: W_V {W_V.shape}, "
-            f"W_O {W_O.shape}"
-        )
+            raise ValueError(f"{name} has shape {W.shape}: its {W.shape[1]} columns do "
+                             f"not split into {heads} heads")
     return X, W_Q, W_K, W_V, W_O
 
 
-def _forward(params, X, heads, key_valid, split, merge):
-    """The forward pass with the split and merge steps as arguments (fault variants swap
-    them)."""
-    X, W_Q, W_K, W_V, W_O = _check(params, X, heads)
-    T = X.shape[-2]
-    # (..., T, D) x (D, H d) -> (..., T, H d); V: (..., T, H r)
-    Q, K, V = project(X, W_Q, W_K, W_V)
-    # (..., H, T, d), (..., H, T, r)
-    Q_h, K_h, V_h = split(Q, heads), split(K, heads), split(V, heads)
-    head_valid = None
-    if key_valid is not None:
-        # validates the shape against X's batch
-        key_padding_mask(key_valid, T, X.shape[:-2])
-        # (..., 1, T): the same keys for every head
-        head_valid = np.asarray(key_valid)[..., None, :]
-    # (..., H, T, r), (..., H, T, T)
-    O_h, A = causal_attention(Q_h, K_h, V_h, key_valid=head_valid)
-    C = merge(O_h)  # (..., T, H r)
-    Y = C @ W_O  # (..., T, H r) x (H r, D_out) -> (..., T, D_out)
-    saved = {"X": X, "Q": Q_h, "K": K_h, "V": V_h, "A": A, "C": C, "heads": heads}
-    return Y, saved
-
-
-def _backward(params, saved, dY, split, merge):
-    """The backward pass with the split and merge steps as arguments (fault variants
-    swap them)."""
-    require_params("multihead", params, PARAMETER_NAMES)
-    X, heads = saved["X"], saved["heads"]
-    W_Q, W_K, W_V, W_O = (as_float_array(n, params[n]) for n in PARAMETER_NAMES)
-    dY = as_float_array("dY", dY)
-    expected = saved["C"].shape[:-1] + (W_O.shape[1],)
-    if dY.shape != expected:
-        raise ValueError(
-            f"dY must have the shape of the output Y, {expected}, got {dY.shape}"
-        )
-    # dC (..., T, H r); dW_O (H r, D_out), summed over the batch
-    dC, dW_O = matmul_backward(saved["C"], W_O, dY)
-    dO_h = split(dC, heads)  # backward of the merge: (..., H, T, r)
-    dQ_h, dK_h, dV_h = backward_from_weights(
-        saved["Q"], saved["K"], saved["V"], saved["A"], dO_h
-    )
-    # backward of the split: (..., T, H d), (..., T, H r)
-    dQ, dK, dV = merge(dQ_h), merge(dK_h), merge(dV_h)
-    dX_Q, dW_Q = matmul_backward(X, W_Q, dQ)
-    dX_K, dW_K = matmul_backward(X, W_K, dK)
-    dX_V, dW_V = matmul_backward(X, W_V, dV)
-    dparams = {"W_Q": dW_Q, "W_K": dW_K, "W_V": dW_V, "W_O": dW_O}
-    return dparams, dX_Q + dX_K + dX_V  # three branches summed
-
-
-def multihead_forward(params, X, *, heads, key_valid=None):
+def multihead_forward(params, X, *, heads, key_valid=None, past=None, query_offset=0):
     """Return ``Y, saved`` of causal multi-head attention on ``X (..., T, D)``.
 
-    ``key_valid`` (optional, boolean ``(..., T)``) marks the real tokens; padded keys
+    ``key_valid`` (optional, boolean ``(..., T_k)``) marks the real tokens; padded keys
     get weight exactly 0 in every head. ``saved`` holds what :func:`multihead_backward`
-    needs, including the weights ``A (..., H, T, T)`` for inspection.
+    needs, including the keys ``K (..., H, T_k, d)``, the values ``V (..., H, T_k, r)``
+    and the weights ``A (..., H, T, T_k)`` for inspection.
+
+    ``past`` (Chapter 10, the key/value cache: a pair ``keys (..., H, t, d)``,
+    ``values (..., H, t, r)`` of the ``t`` earlier positions) is read before the keys
+    and values of ``X``, so ``T_k = t + T``, and ``query_offset`` (``t`` when decoding)
+    says where the queries of ``X`` sit (:func:`attncourse.causal_attention`). Without
+    ``past``, ``T_k = T``. :func:`multihead_backward` differentiates the pass without
+    ``past``.
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
@@ -207,7 +134,23 @@ def multihead_forward(params, X, *, heads, key_valid=None):
     >>> Y.shape, saved["A"].shape
     ((2, 6, 5), (2, 2, 6, 6))
     """
-    return _forward(params, X, heads, key_valid, split_heads, merge_heads)
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, X, heads)
+    # (..., T, D) x (D, H d) -> (..., T, H d); V: (..., T, H r)
+    Q, K, V = project(X, W_Q, W_K, W_V)
+    # (..., H, T, d), (..., H, T, d), (..., H, T, r)
+    Q_h, K_h, V_h = split_heads(Q, heads), split_heads(K, heads), split_heads(V, heads)
+    if past is not None:  # the cached keys and values of the t earlier positions first
+        K_h = np.concatenate([past[0], K_h], axis=-2)  # (..., H, t + T, d)
+        V_h = np.concatenate([past[1], V_h], axis=-2)  # (..., H, t + T, r)
+    head_valid = None  # key_valid (..., T_k) as (..., 1, T_k): the same keys per head
+    if key_valid is not None:
+        head_valid = key_padding_mask(key_valid, K_h.shape[-2], X.shape[:-2])
+    # (..., H, T, r), (..., H, T, T_k); query i sits at position query_offset + i
+    O_h, A = causal_attention(Q_h, K_h, V_h, query_offset, key_valid=head_valid)
+    C = merge_heads(O_h)  # (..., T, H r)
+    Y = C @ W_O  # (..., T, H r) x (H r, D_out) -> (..., T, D_out)
+    saved = {"X": X, "Q": Q_h, "K": K_h, "V": V_h, "A": A, "C": C, "heads": heads}
+    return Y, saved
 
 
 def multihead_backward(params, saved, dY):
@@ -224,7 +167,22 @@ def multihead_backward(params, saved, dY):
     >>> {name: g.shape for name, g in dparams.items()}, dX.shape
     ({'W_Q': (4, 6), 'W_K': (4, 6), 'W_V': (4, 4), 'W_O': (4, 5)}, (2, 6, 4))
     """
-    return _backward(params, saved, dY, split_heads, merge_heads)
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, saved["X"], saved["heads"])
+    C, heads = saved["C"], saved["heads"]
+    dY = as_float_like("dY", dY, C.shape[:-1] + W_O.shape[1:], "the output Y")
+    # dC = dY W_O^T (..., T, H r); dW_O = C^T dY (H r, D_out), summed over the batch
+    dC, dW_O = matmul_backward(C, W_O, dY)
+    G_h = split_heads(dC, heads)  # backward of the merge: G_h = dJ/dO_h (..., H, T, r)
+    attention = AttentionSaved(*(saved[n] for n in AttentionSaved._fields))
+    # (..., H, T, d), (..., H, T, d), (..., H, T, r)
+    dQ_h, dK_h, dV_h = attention_backward(attention, G_h)
+    # backward of the split: (..., T, H d), (..., T, H d), (..., T, H r)
+    dQ, dK, dV = merge_heads(dQ_h), merge_heads(dK_h), merge_heads(dV_h)
+    dX_Q, dW_Q = matmul_backward(X, W_Q, dQ)  # dQ W_Q^T (..., T, D), X^T dQ (D, H d)
+    dX_K, dW_K = matmul_backward(X, W_K, dK)  # dK W_K^T (..., T, D), X^T dK (D, H d)
+    dX_V, dW_V = matmul_backward(X, W_V, dV)  # dV W_V^T (..., T, D), X^T dV (D, H r)
+    dparams = {"W_Q": dW_Q, "W_K": dW_K, "W_V": dW_V, "W_O": dW_O}
+    return dparams, dX_Q + dX_K + dX_V  # three branches summed
 
 
 def multihead_by_loop(params, X, *, heads, key_valid=None):
@@ -244,7 +202,7 @@ def multihead_by_loop(params, X, *, heads, key_valid=None):
     ...                  rtol=1e-13, atol=1e-15))
     True
     """
-    X, W_Q, W_K, W_V, W_O = _check(params, X, heads)
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, X, heads)
     d, r = W_Q.shape[1] // heads, W_V.shape[1] // heads
     Y = 0.0
     for h in range(heads):

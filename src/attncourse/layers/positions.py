@@ -10,7 +10,7 @@ no row to use: it is an error.
 
 import numpy as np
 
-from .._validate import as_float_array, require_params, require_sizes
+from .._validate import as_float_like, as_params, require_sizes, shaped
 
 __all__ = ["init_positions", "positions_forward", "positions_backward"]
 
@@ -26,29 +26,14 @@ def init_positions(rng, T_max, D, *, scale=1.0):
     return {"P": scale * rng.normal(size=(T_max, D))}
 
 
-def _check(params, X):
-    """Return ``P, X`` as float arrays, or raise ``ValueError`` naming the shapes at
-    fault."""
-    require_params("positions", params, ("P",))
-    P = as_float_array("P", params["P"])
-    X = as_float_array("X", X)
-    if P.ndim != 2:
-        raise ValueError(f"P must be 2-D (T_max, D), got shape {P.shape}")
-    if X.ndim < 2:
-        raise ValueError(
-            f"X must be at least 2-D (positions, features), got shape {X.shape}"
-        )
-    T, D = X.shape[-2:]
-    if D != P.shape[1]:
-        raise ValueError(
-            f"X and P must share the width D: X has shape {X.shape}, P has shape "
-            f"{P.shape}"
-        )
-    if T > P.shape[0]:
-        raise ValueError(
-            f"sequence length T={T} exceeds T_max={P.shape[0]}: P has shape {P.shape}, "
-            f"X has shape {X.shape}"
-        )
+def _as_inputs(params, X):
+    """Return ``P (T_max, D)`` and ``X (..., T, D)`` as float arrays, or raise
+    ``ValueError`` naming the shapes at fault (``T <= T_max``: a row for every
+    position)."""
+    P, X = shaped("P(T_max, D) X(..., T, D)", *as_params("positions", params, "P"), X)
+    if X.shape[-2] > P.shape[0]:
+        raise ValueError(f"sequence length T={X.shape[-2]} exceeds T_max={P.shape[0]}: "
+                         f"P has shape {P.shape}, X has shape {X.shape}")
     return P, X
 
 
@@ -68,7 +53,7 @@ def positions_forward(params, X):
     ValueError: sequence length T=4 exceeds T_max=3: P has shape (3, 2),
     X has shape (4, 2)
     """
-    P, X = _check(params, X)
+    P, X = _as_inputs(params, X)
     T = X.shape[-2]
     Y = X + P[:T]  # (..., T, D) + (T, D): the same row t for every sequence
     return Y, {"T": T, "shape": X.shape}
@@ -88,16 +73,10 @@ def positions_backward(params, saved, dY):
            [2., 2.],
            [0., 0.]])
     """
-    require_params("positions", params, ("P",))
-    P = as_float_array("P", params["P"])
-    dY = as_float_array("dY", dY)
-    if dY.shape != tuple(saved["shape"]):
-        raise ValueError(
-            f"dY must have the shape of the output, {tuple(saved['shape'])}, got "
-            f"{dY.shape}"
-        )
+    P = shaped("P(T_max, D)", *as_params("positions", params, "P"))
+    dY = as_float_like("dY", dY, saved["shape"], "the output")
     T = saved["T"]
-    dP = np.zeros_like(P)
-    # sum over every leading (batch) dimension
+    dP = np.zeros_like(P)  # (T_max, D): rows t >= T took no part
+    # (..., T, D) summed over every leading (batch) dimension -> (T, D)
     dP[:T] = dY.reshape(-1, T, P.shape[1]).sum(axis=0)
     return {"P": dP}, dY.copy()

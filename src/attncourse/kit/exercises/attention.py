@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 
-from ...layers.attention import attention_scores, causal_mask, key_valid_from_lengths
+from ...layers.attention import (attention_scores, causal_attention, causal_mask,
+                                 key_valid_from_lengths)
 from ...softmax import softmax
 from ..failed import CheckFailed
 from ..properties import assert_rows_sum_to_one
@@ -31,10 +32,12 @@ def _split(result, property):
 
 
 def _reference_probabilities(query, key, scale=True):
-    S = attention_scores(query, key)  # (..., T, T), already divided by sqrt(d)
-    if not scale:
-        S = S * math.sqrt(query.shape[-1])
-    return softmax(S, causal_mask(query.shape[-2], key.shape[-2]))
+    """The package's probabilities (:func:`attncourse.causal_attention`); with
+    ``scale=False`` those of the scores ``query key^T`` without ``1/sqrt(d)`` (the
+    likely mistake), as the package gives them for the query times ``sqrt(d)``."""
+    c = 1.0 if scale else math.sqrt(query.shape[-1])
+    value = np.zeros(key.shape[:-1] + (1,))  # the probabilities do not depend on it
+    return causal_attention(query * c, key, value)[1]
 
 
 def _rows_sum_to_one(P):
@@ -441,8 +444,6 @@ def check_query_offset(fn, seed=0):
     >>> check_query_offset(causal_attention)[-1]
     'bad offsets raise ValueError'
     """
-    from ...layers.attention import causal_attention
-
     rng = np.random.default_rng(seed)
     T, d, r = 7, 3, 4
     Q_all, K, V = (rng.standard_normal((T, w)) for w in (d, d, r))

@@ -132,12 +132,13 @@ def check_head_backward(fn, seed=0):
     checked.
 
     >>> from attncourse.layers.head import head_backward, head_forward
-    >>> from attncourse.layers.attention import attention_backward
+    >>> from attncourse.layers.attention import AttentionSaved, attention_backward
     >>> def grads(X, W_Q, W_K, W_V, G):
     ...     params = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V}
     ...     O, saved = head_forward(params, X)
     ...     dparams, dX = head_backward(params, saved, G)
-    ...     dQ, dK, dV = attention_backward(saved["Q"], saved["K"], saved["V"], G)
+    ...     qkva = AttentionSaved(*(saved[name] for name in "QKVA"))
+    ...     dQ, dK, dV = attention_backward(qkva, G)
     ...     return {"dQ": dQ, "dK": dK, "dV": dV, "dX": dX,
     ...             **{"d" + name: g for name, g in dparams.items()}}
     >>> check_head_backward(grads)[-1]

@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from ...optim import adamw_step
 from ..failed import CheckFailed
 from ._base import _array, reports_unfinished
 
@@ -45,32 +46,17 @@ def _adamw_case(seed):
     return params, grads
 
 
-def _adamw_reference(
-    params,
-    grads,
-    state,
-    lr,
-    betas,
-    eps,
-    weight_decay,
-    *,
-    correct_m=True,
-    correct_v=True,
-):
-    """AdamW on a flat dict, float64; the bias correction of ``m``, ``v`` optional."""
-    (b1, b2), t = betas, state["step"] + 1
-    new, m, v = {}, {}, {}
-    for name, p in params.items():
-        g = grads[name]
-        m[name] = b1 * state["m"][name] + (1 - b1) * g
-        v[name] = b2 * state["v"][name] + (1 - b2) * g * g
-        m_hat = m[name] / (1 - b1**t) if correct_m else m[name]
-        v_hat = v[name] / (1 - b2**t) if correct_v else v[name]
-        update = m_hat / (np.sqrt(v_hat) + eps)
-        if p.ndim >= 2:
-            update = update + weight_decay * p
-        new[name] = p - lr * update
-    return new, {"step": t, "m": m, "v": v}
+def _uncorrected(start, moments, hyper, *, correct_m, correct_v):
+    """The step ``start - lr m_hat / (sqrt(v_hat) + eps)`` (no decay) from the moments
+    ``adamw_step`` returned, with the bias correction of ``m`` or ``v`` left out: the
+    mistakes the checker names."""
+    (b1, b2), t = hyper["betas"], moments["step"]
+    wrong = {}
+    for name, p in start.items():
+        m_hat = moments["m"][name] / ((1 - b1**t) if correct_m else 1.0)
+        v_hat = moments["v"][name] / ((1 - b2**t) if correct_v else 1.0)
+        wrong[name] = p - hyper["lr"] * (m_hat / (np.sqrt(v_hat) + hyper["eps"]))
+    return wrong
 
 
 def _copied(tree):
@@ -171,7 +157,8 @@ def check_adamw_step(fn, seed=0):
     correction** (two steps without decay equal ``p - lr m_hat / (sqrt(v_hat) + eps)``);
     **decoupled weight decay** (with ``weight_decay > 0`` the matrix moves by ``lr wd
     W`` more, and ``m``, ``v`` do not change); **which parameters decay** (the 1-D bias
-    does not). Values are compared with a float64 reference within ``rtol = 1e-10``.
+    does not). Values are compared with :func:`attncourse.optim.adamw_step` (float64)
+    within ``rtol = 1e-10``.
 
     Raises :class:`CheckFailed` naming the first failed property; reports a stub
     (``NotImplementedError``) as unfinished. Returns the properties checked.
@@ -218,7 +205,7 @@ def check_adamw_step(fn, seed=0):
         )
     del result
     p1, s1 = _adamw_call(fn, "returns (params, state)", *inputs, **hyper)
-    r1, t1 = _adamw_reference(params, g1, state0, **hyper)
+    r1, t1 = adamw_step(params, g1, state0, **hyper)
     prop = "moment update"
     if s1["step"] != 1:
         raise CheckFailed(
@@ -227,7 +214,7 @@ def check_adamw_step(fn, seed=0):
             "return state['step'] + 1: the bias correction needs t",
         )
     p2, s2 = _adamw_call(fn, prop, p1, g2, s1, **hyper)
-    r2, t2 = _adamw_reference(r1, g2, t1, **hyper)
+    r2, t2 = adamw_step(r1, g2, t1, **hyper)
     for name, (b, which) in {"m": (0.9, "g"), "v": (0.999, "g^2")}.items():
         for got, want, t in ((s1, t1, 1), (s2, t2, 2)):
             if not _close(got[name], want[name]):
@@ -246,8 +233,10 @@ def check_adamw_step(fn, seed=0):
             "return state['step'] + 1",
         )
     prop = "bias correction"
-    for got, start, state, g, t in ((p1, params, state0, g1, 1), (p2, r1, t1, g2, 2)):
-        want, _ = _adamw_reference(start, g, state, **hyper)
+    for got, start, want, moments, t in (
+        (p1, params, r1, t1, 1),
+        (p2, r1, r2, t2, 2),
+    ):
         if _close(got, want):
             continue
         for correct_m, correct_v, missing in (
@@ -255,8 +244,8 @@ def check_adamw_step(fn, seed=0):
             (False, True, "m"),
             (True, False, "v"),
         ):
-            wrong, _ = _adamw_reference(
-                start, g, state, **hyper, correct_m=correct_m, correct_v=correct_v
+            wrong = _uncorrected(
+                start, moments, hyper, correct_m=correct_m, correct_v=correct_v
             )
             if _close(got, wrong):
                 raise CheckFailed(
@@ -274,7 +263,7 @@ def check_adamw_step(fn, seed=0):
         )
     decayed = dict(hyper, weight_decay=0.5)
     p3, s3 = _adamw_call(fn, "decoupled weight decay", p2, g3, s2, **decayed)
-    r3, t3 = _adamw_reference(r2, g3, t2, **hyper)  # no decay
+    r3, t3 = adamw_step(r2, g3, t2, **hyper)  # no decay
     prop = "decoupled weight decay"
     if not (_close(s3["m"], t3["m"]) and _close(s3["v"], t3["v"])):
         raise CheckFailed(

@@ -16,6 +16,7 @@ from . import sample
 from . import optim
 from . import tiled
 from . import kvcache
+from . import bpe
 from ._registry import Check, Fault, table, verdicts
 
 __all__ = [
@@ -28,4 +29,5 @@ __all__ = [
     "optim",
     "tiled",
     "kvcache",
+    "bpe",
 ]

@@ -3,9 +3,9 @@
 A missing transpose, the wrong normalisation axis, the numerator path alone, a dropped
 ``1/sqrt(d)``, a ``>=`` causal mask, a mask applied after the softmax, ``-inf`` for
 hidden scores and padding on the wrong axis: each function has the signature of the
-function it imitates. :data:`FAULTS` says which of :data:`CHECKS` catch each one and
-which are blind to it; :data:`CORRECT` holds the package functions that every check
-must pass.
+function it imitates (a forward returns ``O, saved``, a backward takes ``saved, G``).
+:data:`FAULTS` says which of :data:`CHECKS` catch each one and which are blind to it;
+:data:`CORRECT` holds the package functions that every check must pass.
 """
 
 import functools
@@ -13,13 +13,12 @@ import math
 
 import numpy as np
 
-from ..._validate import as_float_array
+from ..._validate import shaped
 from ..examples import example1, example2, random_head
-from ...layers.attention import (attention_backward, attention_forward,
-                                 attention_scores, backward_from_weights,
-                                 causal_attention, causal_mask, causal_visible,
-                                 combine_masks, key_padding_mask,
-                                 key_valid_from_lengths, validate_qkv)
+from ...layers.attention import (QKV, AttentionSaved, _as_upstream, attention_backward,
+                                 attention_forward, attention_scores, causal_attention,
+                                 causal_mask, causal_visible, combine_masks,
+                                 key_padding_mask, key_valid_from_lengths)
 from ...layers.head import project
 from ...softmax import softmax, softmax_backward
 from ..conformance import causal_failures, padding_failures
@@ -49,7 +48,6 @@ __all__ = [
     "causal_attention_geq",
     "causal_attention_mask_after_softmax",
     "naive_masked_attention_forward",
-    "naive_masked_attention_backward",
     "causal_attention_query_padding",
 ]
 
@@ -82,27 +80,25 @@ def attention_forward_missing_transpose(Q, K, V):
     ...
     ValueError: numpy cannot multiply Q (5, 3) by K (5, 3)
     """
-    Q, K, V = validate_qkv(Q, K, V)
+    Q, K, V = shaped(QKV, Q, K, V)
     S = attention_scores_missing_transpose(Q, K)
     A = softmax(S)
     O = A @ V  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
-    return O, A
+    return O, AttentionSaved(Q, K, V, A)
 
 
-def _backward_pieces(Q, K, V, G, softmax_backward_fn=softmax_backward):
-    """Shared correct forward recomputation and ``dV, dS`` for the backward faults."""
-    Q, K, V = validate_qkv(Q, K, V)
-    G = as_float_array("G", G)
-    O, A = attention_forward(Q, K, V)
-    if G.shape != O.shape:
-        raise ValueError(f"G must have the shape of O = A V, {O.shape}, got {G.shape}")
+def _backward_pieces(saved, G, softmax_backward_fn=softmax_backward):
+    """The correct ``dV, dS`` from ``saved`` (the first lines of
+    :func:`attncourse.attention_backward`), for the backward faults."""
+    G = _as_upstream(G, saved)
+    Q, K, V, A = saved
     dV = np.swapaxes(A, -1, -2) @ G  # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)
     dA = G @ np.swapaxes(V, -1, -2)  # (..., T_q, r) x (..., r, T_k) -> (..., T_q, T_k)
     dS = softmax_backward_fn(A, dA)  # (..., T_q, T_k)
     return Q, K, V, dV, dS
 
 
-def attention_backward_missing_transpose(Q, K, V, G):
+def attention_backward_missing_transpose(saved, G):
     """FAULT: ``dK = dS Q / sqrt(d)``, not ``dS^T Q / sqrt(d)`` (runs if T_q == T_k).
 
     On Example 1 it gives ``ln 3 dS`` where the correct ``dK`` is ``ln 3 dS^T``:
@@ -110,12 +106,12 @@ def attention_backward_missing_transpose(Q, K, V, G):
     >>> import numpy as np
     >>> a = np.sqrt(2) * np.log(3)
     >>> Q, K, V, G = a * np.eye(2), np.eye(2), np.diag([2.0, 4.0]), np.diag([1.0, 2.0])
-    >>> dK = attention_backward_missing_transpose(Q, K, V, G)[1]
+    >>> dK = attention_backward_missing_transpose(attention_forward(Q, K, V)[1], G)[1]
     >>> (dK / np.log(3)).round(6)
     array([[ 0.375, -0.375],
            [-1.5  ,  1.5  ]])
     """
-    Q, K, V, dV, dS = _backward_pieces(Q, K, V, G)
+    Q, K, V, dV, dS = _backward_pieces(saved, G)
     d = Q.shape[-1]
     dQ = dS @ K / math.sqrt(d)  # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d)
     dK = dS @ Q / math.sqrt(d)  # the fault: dS should be transposed
@@ -127,17 +123,17 @@ def attention_forward_columnwise(Q, K, V):
 
     >>> import numpy as np
     >>> Q, K, V = np.zeros((2, 3)), np.zeros((4, 3)), np.ones((4, 1))
-    >>> A = attention_forward_columnwise(Q, K, V)[1]
+    >>> A = attention_forward_columnwise(Q, K, V)[1].A
     >>> A.sum(axis=-1)  # rows of 4 keys, each weight 1/2
     array([2., 2.])
     """
-    Q, K, V = validate_qkv(Q, K, V)
+    Q, K, V = shaped(QKV, Q, K, V)
     A = softmax_columnwise(attention_scores(Q, K))  # (..., T_q, T_k)
     O = A @ V  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
-    return O, A
+    return O, AttentionSaved(Q, K, V, A)
 
 
-def attention_backward_numerator_only(Q, K, V, G):
+def attention_backward_numerator_only(saved, G):
     """FAULT: :func:`attncourse.attention_backward` with the numerator-only ``dS``.
 
     With identical keys the correct ``dQ`` is exactly zero; this one is not:
@@ -145,11 +141,11 @@ def attention_backward_numerator_only(Q, K, V, G):
     >>> import numpy as np
     >>> Q, K = np.eye(2), np.ones((2, 2))
     >>> V, G = np.diag([2.0, 4.0]), np.diag([1.0, 2.0])
-    >>> dQ = attention_backward_numerator_only(Q, K, V, G)[0]
+    >>> dQ = attention_backward_numerator_only(attention_forward(Q, K, V)[1], G)[0]
     >>> bool(np.abs(dQ).max() > 0.5)
     True
     """
-    Q, K, V, dV, dS = _backward_pieces(Q, K, V, G, softmax_backward_numerator_only)
+    Q, K, V, dV, dS = _backward_pieces(saved, G, softmax_backward_numerator_only)
     d = Q.shape[-1]
     dQ = dS @ K / math.sqrt(d)  # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d)
     # (..., T_k, T_q) x (..., T_q, d) -> (..., T_k, d)
@@ -164,33 +160,35 @@ def attention_forward_unscaled(Q, K, V):
 
     >>> import numpy as np
     >>> a = np.sqrt(2) * np.log(3)
-    >>> A = attention_forward_unscaled(a * np.eye(2), np.eye(2), np.diag([2.0, 4.0]))[1]
+    >>> A = attention_forward_unscaled(a * np.eye(2), np.eye(2),
+    ...                                np.diag([2.0, 4.0]))[1].A
     >>> bool(A[0, 0] > 0.75)
     True
     """
-    Q, K, V = validate_qkv(Q, K, V)
+    Q, K, V = shaped(QKV, Q, K, V)
     # (..., T_q, d) x (..., d, T_k) -> (..., T_q, T_k); the fault: no 1/sqrt(d)
     S = Q @ np.swapaxes(K, -1, -2)
     A = softmax(S)
     O = A @ V  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
-    return O, A
+    return O, AttentionSaved(Q, K, V, A)
 
 
-def attention_backward_unscaled(Q, K, V, G):
+def attention_backward_unscaled(saved, G):
     """FAULT: :func:`attncourse.attention_backward` without 1/sqrt(d) in ``dQ``, ``dK``.
 
-    The forward pass it differentiates is the correct one, so ``dQ`` and ``dK`` come out
-    ``sqrt(d)`` times too large:
+    The weights it reads are the saved ones, so after the correct forward pass ``dQ``
+    and ``dK`` come out ``sqrt(d)`` times too large:
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
     >>> Q, K = rng.standard_normal((3, 4)), rng.standard_normal((5, 4))
     >>> V, G = rng.standard_normal((5, 2)), rng.standard_normal((3, 2))
-    >>> bad = attention_backward_unscaled(Q, K, V, G)
-    >>> np.allclose(bad[0], 2.0 * attention_backward(Q, K, V, G)[0])
+    >>> _, saved = attention_forward(Q, K, V)
+    >>> bad = attention_backward_unscaled(saved, G)
+    >>> np.allclose(bad[0], 2.0 * attention_backward(saved, G)[0])
     True
     """
-    Q, K, V, dV, dS = _backward_pieces(Q, K, V, G)
+    Q, K, V, dV, dS = _backward_pieces(saved, G)
     # (..., T_q, T_k) x (..., T_k, d) -> (..., T_q, d); the fault: no 1/sqrt(d)
     dQ = dS @ K
     # (..., T_k, T_q) x (..., T_q, d) -> (..., T_k, d); the same fault
@@ -198,12 +196,14 @@ def attention_backward_unscaled(Q, K, V, G):
     return dQ, dK, dV
 
 
-def attention_backward_unscaled_throughout(Q, K, V, G):
+def attention_backward_unscaled_throughout(saved, G):
     """FAULT: the exact backward of :func:`attention_forward_unscaled`: no 1/sqrt(d).
 
-    Forward and backward drop the scale together, so they agree with each other and a
-    gradient check of this pair passes; only values computed independently (Example 1)
-    expose it.
+    It recomputes the weights ``softmax(Q K^T)`` from the saved ``Q`` and ``K`` (no
+    scale, as its forward pass), then drops the scale in ``dQ``, ``dK`` too. Forward and
+    backward drop the scale together, so they agree with each other and a gradient
+    check of this pair passes; only values computed independently (Example 1) expose
+    it.
 
     >>> import numpy as np
     >>> from attncourse.kit.gradients import qkv_gradcheck
@@ -214,11 +214,8 @@ def attention_backward_unscaled_throughout(Q, K, V, G):
     ...               forward=attention_forward_unscaled).passed
     True
     """
-    Q, K, V = validate_qkv(Q, K, V)
-    G = as_float_array("G", G)
-    O, A = attention_forward_unscaled(Q, K, V)  # the fault, in the forward pass too
-    if G.shape != O.shape:
-        raise ValueError(f"G must have the shape of O = A V, {O.shape}, got {G.shape}")
+    G = _as_upstream(G, saved)
+    O, (Q, K, V, A) = attention_forward_unscaled(*saved[:3])  # the fault, forward too
     dV = np.swapaxes(A, -1, -2) @ G  # (..., T_k, T_q) x (..., T_q, r) -> (..., T_k, r)
     dA = G @ np.swapaxes(V, -1, -2)  # (..., T_q, r) x (..., r, T_k) -> (..., T_q, T_k)
     dS = softmax_backward(A, dA)  # (..., T_q, T_k)
@@ -242,7 +239,7 @@ def causal_mask_geq(T_q, T_k):
 
 def causal_attention_geq(Q, K, V):
     """WRONG: causal attention with the ``>=`` mask. Returns ``(O, A)``."""
-    Q, K, V = validate_qkv(Q, K, V)
+    Q, K, V = shaped(QKV, Q, K, V)
     visible = causal_mask_geq(Q.shape[-2], K.shape[-2])
     A = softmax(attention_scores(Q, K), visible)  # (..., T_q, T_k)
     return A @ V, A  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
@@ -250,7 +247,7 @@ def causal_attention_geq(Q, K, V):
 
 def causal_attention_mask_after_softmax(Q, K, V):
     """WRONG: a softmax over all keys, then future weights zeroed. Returns (O, A)."""
-    Q, K, V = validate_qkv(Q, K, V)
+    Q, K, V = shaped(QKV, Q, K, V)
     A = softmax(attention_scores(Q, K)) * causal_mask(Q.shape[-2], K.shape[-2])
     return A @ V, A  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
 
@@ -258,23 +255,16 @@ def causal_attention_mask_after_softmax(Q, K, V):
 def naive_masked_attention_forward(Q, K, V, visible):
     """WRONG for rows with nothing visible: attention with :func:`naive_masked_softmax`.
 
-    Returns ``(O, A)``; a row with no visible key is NaN in both.
+    Returns ``(O, saved)``; a row with no visible key is NaN in ``O`` and ``saved.A``.
+    :func:`attncourse.attention_backward` on that ``saved`` is the pair's backward
+    (the fault "naive_masked_attention_backward"): a NaN row of ``A`` makes every row
+    of ``dV = A^T G`` NaN, and a NaN row of ``dS`` every row of ``dK``. Wherever no row
+    is empty the pair equals the package's.
     """
-    Q, K, V = validate_qkv(Q, K, V)
+    Q, K, V = shaped(QKV, Q, K, V)
     A = naive_masked_softmax(attention_scores(Q, K), visible)  # (..., T_q, T_k)
-    return A @ V, A  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
-
-
-def naive_masked_attention_backward(Q, K, V, G, visible):
-    """WRONG for rows with nothing visible: the backward of the naive masked softmax.
-
-    The formulas of :func:`attncourse.attention_backward`, applied to the naive weights:
-    a NaN row of ``A`` makes every row of ``dV = A^T G`` NaN, and a NaN row of ``dS``
-    every row of ``dK``. Wherever no row is empty the result equals
-    :func:`attncourse.attention_backward`.
-    """
-    _, A = naive_masked_attention_forward(Q, K, V, visible)
-    return backward_from_weights(Q, K, V, A, G)
+    # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
+    return A @ V, AttentionSaved(Q, K, V, A)
 
 
 def causal_attention_query_padding(Q, K, V, key_valid):
@@ -282,7 +272,7 @@ def causal_attention_query_padding(Q, K, V, key_valid):
 
     Returns ``(O, A)``.
     """
-    Q, K, V = validate_qkv(Q, K, V)
+    Q, K, V = shaped(QKV, Q, K, V)
     T_q, T_k = Q.shape[-2], K.shape[-2]
     rows = np.asarray(key_valid)[..., :, None]  # (..., T, 1): the query axis, the fault
     visible = combine_masks(causal_mask(T_q, T_k), rows)
@@ -337,22 +327,23 @@ def _example1_values():
 def _example1_forward(forward):
     """Example 1's weights ``A`` and output ``O`` against their closed forms."""
     Q, K, V, _ = _example_qkv(example1)
-    O, A = forward(Q, K, V)
-    require_close("Example 1 values", "A", A, _example1_values()["A"])
+    O, saved = forward(Q, K, V)
+    require_close("Example 1 values", "A", saved.A, _example1_values()["A"])
     require_close("Example 1 values", "O", O, _example1_values()["O"])
 
 
-def _example1_backward(backward):
-    """Example 1's ``dQ = dS/sqrt(2)``, ``dK = ln3 dS^T``, ``dV``: the closed forms."""
+def _example1_backward(backward, forward=attention_forward):
+    """Example 1's ``dQ = dS/sqrt(2)``, ``dK = ln3 dS^T``, ``dV``: the closed forms,
+    from the ``saved`` of ``forward`` (by default the package's)."""
     Q, K, V, G = _example_qkv(example1)
-    for name, grad in zip(("dQ", "dK", "dV"), backward(Q, K, V, G)):
+    for name, grad in zip(("dQ", "dK", "dV"), backward(forward(Q, K, V)[1], G)):
         require_close("Example 1 values", name, grad, _example1_values()[name])
 
 
 def _example1_pair(pair):
     forward, backward = pair
     _example1_forward(forward)
-    _example1_backward(backward)
+    _example1_backward(backward, forward)
 
 
 def _example2_backward(backward):
@@ -362,21 +353,23 @@ def _example2_backward(backward):
     want = {"dQ": np.zeros((2, 2)),
             "dK": ln3 * np.array([[1 / 2, -2.0], [-1 / 2, 2.0]]),
             "dV": np.array([[1 / 2, 1.0], [1 / 2, 1.0]])}
-    for name, grad in zip(("dQ", "dK", "dV"), backward(Q, K, V, G)):
+    grads = backward(attention_forward(Q, K, V)[1], G)
+    for name, grad in zip(("dQ", "dK", "dV"), grads):
         require_close("Example 2 values", name, grad, want[name])
 
 
 def _rows_sum_to_one(forward):
     """The weights of the random head (5 queries, 5 keys, d = 3) are distributions."""
     Q, K, V, _ = _random_qkv(0)
-    assert_rows_sum_to_one(forward(Q, K, V)[1])
+    assert_rows_sum_to_one(forward(Q, K, V)[1].A)
 
 
 def _random_head_shapes(forward):
     """The random head (T = 5, d = 3, r = 4) runs and gives O (5, 4) and A (5, 5)."""
     Q, K, V, _ = _random_qkv(0)
     try:
-        O, A = forward(Q, K, V)
+        O, saved = forward(Q, K, V)
+        A = saved.A
     except ValueError as e:
         raise CheckFailed(
             "shapes on the random head",
@@ -436,19 +429,21 @@ def _padding_failures(attend):
 def _padding_via_visible(forward):
     """Padding failures of ``forward`` given causal and padding masks as ``visible``."""
     def attend(Q, K, V, key_valid):
-        return forward(Q, K, V, causal_visible(Q, K, V, 0, key_valid))
+        O, saved = forward(Q, K, V, causal_visible(Q, K, V, 0, key_valid))
+        return O, saved.A
 
     _padding_failures(attend)
 
 
-def _masked_gradcheck(backward):
-    """Central differences on ``Q, K, V`` with causal and padding masks (empty rows)."""
+def _masked_gradcheck(pair):
+    """Central differences of the pair on ``Q, K, V`` with causal and padding masks
+    (empty rows)."""
+    forward, backward = pair
     Q, K, V, G, key_valid = _batch()
     visible = causal_visible(Q, K, V, 0, key_valid)
     with np.errstate(invalid="ignore"):
-        report = qkv_gradcheck(
-            lambda Q, K, V, G: backward(Q, K, V, G, visible), Q, K, V, G,
-            forward=lambda Q, K, V: attention_forward(Q, K, V, visible))
+        report = qkv_gradcheck(backward, Q, K, V, G,
+                               forward=lambda Q, K, V: forward(Q, K, V, visible))
     require_gradcheck("gradient check on Q, K, V with causal and padding masks", report)
 
 
@@ -484,7 +479,7 @@ CHECKS = {c.name: c for c in (
     Check("gradcheck on Q, K, V", "attention_backward", _gradcheck_qkv),
     Check("Example 1 backward", "attention_backward", _example1_backward),
     Check("Example 2 backward", "attention_backward", _example2_backward),
-    Check("gradcheck, padding mask", "attention_backward", _masked_gradcheck),
+    Check("gradcheck, padding mask", "attention pair", _masked_gradcheck),
     Check("pair gradcheck", "attention pair", _gradcheck_pair),
     Check("Example 1, both passes", "attention pair", _example1_pair),
     Check("learner mask checker", "causal_mask", _learner_mask_checker),
@@ -536,7 +531,7 @@ FAULTS = (
           caught_by=("gradcheck on Q, K, V", "Example 1 backward")),
     Fault("naive_masked_attention_backward",
           "-inf for hidden scores: NaN gradients",
-          naive_masked_attention_backward, "attention_backward",
+          (naive_masked_attention_forward, attention_backward), "attention pair",
           caught_by=("gradcheck, padding mask",)),
     Fault("attention_unscaled_pair",
           "1/sqrt(d) dropped in both passes, consistently",

@@ -10,9 +10,13 @@ each one; :data:`CORRECT` holds the package functions every check must pass.
 
 import numpy as np
 
+from ..._validate import as_float_like, shaped
 from ...layers.attention import key_valid_from_lengths
-from ...layers.block import (_backward, block_backward, block_forward, init_block,
-                            residual_backward)
+from ...layers.block import (SPEC, _as_W_O, block_backward, block_forward, init_block,
+                             residual_backward)
+from ...layers.layernorm import layernorm_backward
+from ...layers.mlp import mlp_backward
+from ...layers.multihead import multihead_backward
 from ..exercises import check_block_residual
 from ..gradients import layer_gradcheck
 from ._registry import Check, Fault, learner_checker, require_gradcheck
@@ -43,14 +47,28 @@ def residual_backward_doubled(dY, d_sublayer):
     return 2.0 * np.asarray(dY, dtype=np.float64) + d_sublayer
 
 
+def _block_backward(params, saved, dY, residual):
+    """A copy of :func:`attncourse.layers.block.block_backward` whose two residual
+    steps call ``residual`` (a planted one) instead of ``residual_backward``."""
+    X, _ = shaped(SPEC, saved["ln1"]["X"], _as_W_O(params))
+    dY = as_float_like("dY", dY, X.shape, "Y (and X)")
+    dmlp, dN2 = mlp_backward(params["mlp"], saved["mlp"], dY)
+    dln2, dH_sub = layernorm_backward(params["ln2"], saved["ln2"], dN2)
+    dH = residual(dY, dH_sub)  # planted
+    dattn, dN1 = multihead_backward(params["attn"], saved["attn"], dH)
+    dln1, dX_sub = layernorm_backward(params["ln1"], saved["ln1"], dN1)
+    dX = residual(dH, dX_sub)  # planted
+    return {"ln1": dln1, "attn": dattn, "ln2": dln2, "mlp": dmlp}, dX
+
+
 def block_backward_residual_dropped(params, saved, dY):
     """FAULT: the block's backward, :func:`residual_backward_dropped` at both."""
-    return _backward(params, saved, dY, residual_backward_dropped)
+    return _block_backward(params, saved, dY, residual_backward_dropped)
 
 
 def block_backward_residual_doubled(params, saved, dY):
     """FAULT: the block's backward, :func:`residual_backward_doubled` at both."""
-    return _backward(params, saved, dY, residual_backward_doubled)
+    return _block_backward(params, saved, dY, residual_backward_doubled)
 
 
 # --- the registry ---------------------------------------------------------------------

@@ -9,8 +9,9 @@ pass.
 """
 
 from ..examples import example1, random_head
-from ...layers.attention import attention_backward
-from ...layers.head import head_backward, head_forward, project, validate_projections
+from ...layers.attention import AttentionSaved, attention_backward
+from ..._validate import shaped
+from ...layers.head import PROJECTIONS, head_backward, head_forward
 from ...layers.linear import matmul_backward
 from ..gradients import layer_gradcheck
 from ._registry import Check, Fault, require_close, require_gradcheck
@@ -44,10 +45,9 @@ def head_backward_last_branch(params, saved, G):
     >>> bool(np.allclose(bad["W_Q"], good["W_Q"])), bool(np.allclose(bad_dX, good_dX))
     (True, False)
     """
-    X, W_Q, W_K, W_V = validate_projections(
-        saved["X"], params["W_Q"], params["W_K"], params["W_V"])
-    Q, K, V = project(X, W_Q, W_K, W_V)
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    X, W_Q, W_K, W_V = shaped(PROJECTIONS, saved["X"], params["W_Q"], params["W_K"],
+                              params["W_V"])
+    dQ, dK, dV = attention_backward(AttentionSaved(*(saved[n] for n in "QKVA")), G)
     dX, dW_Q = matmul_backward(X, W_Q, dQ)
     dX, dW_K = matmul_backward(X, W_K, dK)  # the fault: overwrites the query branch
     dX, dW_V = matmul_backward(X, W_V, dV)  # ... and the key branch
@@ -74,10 +74,9 @@ def head_backward_swapped_weights(params, saved, G):
     >>> bool(np.allclose(bad["W_Q"], good["W_K"])), bool(np.allclose(bad_dX, good_dX))
     (True, True)
     """
-    X, W_Q, W_K, W_V = validate_projections(
-        saved["X"], params["W_Q"], params["W_K"], params["W_V"])
-    Q, K, V = project(X, W_Q, W_K, W_V)
-    dQ, dK, dV = attention_backward(Q, K, V, G)
+    X, W_Q, W_K, W_V = shaped(PROJECTIONS, saved["X"], params["W_Q"], params["W_K"],
+                              params["W_V"])
+    dQ, dK, dV = attention_backward(AttentionSaved(*(saved[n] for n in "QKVA")), G)
     dX_Q, dW_K = matmul_backward(X, W_Q, dQ)  # the fault: the query branch goes to dW_K
     dX_K, dW_Q = matmul_backward(X, W_K, dK)  # ... and the key branch as dW_Q
     dX_V, dW_V = matmul_backward(X, W_V, dV)

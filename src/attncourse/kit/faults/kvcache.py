@@ -20,9 +20,14 @@ import functools
 
 import numpy as np
 
-from ...kvcache import BlockCache, KVCache, _decode, decode_step, prefill
-from ...layers.attention import causal_attention, key_valid_from_lengths
+from ...kvcache import BlockCache, KVCache, _check_step, _kept, decode_step, prefill
+from ...layers.attention import key_valid_from_lengths
+from ...layers.block import block_forward
+from ...layers.embedding import embedding_forward
+from ...layers.layernorm import layernorm_forward
+from ...layers.linear import linear_forward
 from ...layers.positions import positions_forward
+from ...model import _unembedding
 from ...train import as_dtype
 from ..trained import corpus_split, held_out_recall, trained_model
 from ..kvcache import assert_decoding_equals_recompute
@@ -40,10 +45,8 @@ __all__ = [
     "prefill_shared_cache",
 ]
 
-
-def _position_zero(params, X, position):
-    """``positions_forward`` on the one new token: it adds row 0, whatever ``t``."""
-    return positions_forward(params, X)[0]
+# Each decode_step fault is a copy of attncourse.kvcache.decode_step with one line
+# wrong, marked "the fault".
 
 
 def decode_step_position_not_offset(params, cache, ids, *, config):
@@ -52,42 +55,89 @@ def decode_step_position_not_offset(params, cache, ids, *, config):
     ``positions_forward`` adds ``P[:T]`` to a sequence of ``T`` tokens; called on the
     one new token it adds ``P[0]``, as if every token started the text.
     """
-    return _decode(params, cache, ids, config, positions=_position_zero)
-
-
-def _keys_only(past, keys, values):
-    """The step attends over the new keys and values, but keeps only the keys."""
-    return BlockCache(keys, past.values)
+    ids = _check_step(params, cache, ids, config)
+    t = cache.position
+    X, _ = embedding_forward(params["embed"], ids[..., None])  # (..., 1, D)
+    X, _ = positions_forward(params["pos"], X)  # + P[0]: the fault
+    key_valid = cache.key_valid
+    if key_valid is not None:  # the new token is real
+        key_valid = np.concatenate([key_valid, np.ones(ids.shape + (1,), bool)], -1)
+    blocks = []
+    for block, past in zip(params["blocks"], cache.blocks):
+        X, saved = block_forward(block, X, heads=config.heads, key_valid=key_valid,
+                                 eps=config.eps, approximate=config.approximate_gelu,
+                                 past=past, query_offset=t)  # (..., 1, D)
+        blocks.append(_kept(saved))  # the t + 1 keys and values so far
+    H, _ = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    Z, _ = linear_forward(_unembedding(params, config.tied), H)  # (..., 1, n_vocab)
+    return Z[..., 0, :], KVCache(tuple(blocks), t + 1, key_valid)
 
 
 def decode_step_values_not_kept(params, cache, ids, *, config):
     """FAULT: the new key is appended to the cache, the new value is not.
 
-    The step itself attends correctly (it uses its local copies); the next step finds
-    ``t + 1`` keys but ``t`` values, and ``decode_step`` refuses the cache.
+    The step itself attends correctly (the block reads its own keys and values); the
+    next step finds ``t + 1`` keys but ``t`` values, and ``decode_step`` refuses the
+    cache.
     """
-    return _decode(params, cache, ids, config, store=_keys_only)
-
-
-def _attend_one_short(Q, keys, values, position, key_valid):
-    return causal_attention(Q, keys, values, query_offset=position - 1,
-                            key_valid=key_valid)
+    ids = _check_step(params, cache, ids, config)
+    t = cache.position
+    X, _ = embedding_forward(params["embed"], ids[..., None])  # (..., 1, D)
+    X, _ = positions_forward({"P": np.asarray(params["pos"]["P"])[t:]}, X)  # + P[t]
+    key_valid = cache.key_valid
+    if key_valid is not None:  # the new token is real
+        key_valid = np.concatenate([key_valid, np.ones(ids.shape + (1,), bool)], -1)
+    blocks = []
+    for block, past in zip(params["blocks"], cache.blocks):
+        X, saved = block_forward(block, X, heads=config.heads, key_valid=key_valid,
+                                 eps=config.eps, approximate=config.approximate_gelu,
+                                 past=past, query_offset=t)  # (..., 1, D)
+        blocks.append(BlockCache(_kept(saved).keys, past.values))  # the fault
+    H, _ = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    Z, _ = linear_forward(_unembedding(params, config.tied), H)  # (..., 1, n_vocab)
+    return Z[..., 0, :], KVCache(tuple(blocks), t + 1, key_valid)
 
 
 def decode_step_offset_off_by_one(params, cache, ids, *, config):
     """FAULT: ``query_offset = t - 1``: the new query reads keys ``0 .. t - 1``, never
     its own key (a valid offset for ``t + 1`` keys, so nothing complains)."""
-    return _decode(params, cache, ids, config, attend=_attend_one_short)
-
-
-def _attend_from_zero(Q, keys, values, position, key_valid):
-    return causal_attention(Q, keys, values, key_valid=key_valid)
+    ids = _check_step(params, cache, ids, config)
+    t = cache.position
+    X, _ = embedding_forward(params["embed"], ids[..., None])  # (..., 1, D)
+    X, _ = positions_forward({"P": np.asarray(params["pos"]["P"])[t:]}, X)  # + P[t]
+    key_valid = cache.key_valid
+    if key_valid is not None:  # the new token is real
+        key_valid = np.concatenate([key_valid, np.ones(ids.shape + (1,), bool)], -1)
+    blocks = []
+    for block, past in zip(params["blocks"], cache.blocks):
+        X, saved = block_forward(block, X, heads=config.heads, key_valid=key_valid,
+                                 eps=config.eps, approximate=config.approximate_gelu,
+                                 past=past, query_offset=t - 1)  # the fault
+        blocks.append(_kept(saved))  # the t + 1 keys and values so far
+    H, _ = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    Z, _ = linear_forward(_unembedding(params, config.tied), H)  # (..., 1, n_vocab)
+    return Z[..., 0, :], KVCache(tuple(blocks), t + 1, key_valid)
 
 
 def decode_step_mask_ignores_offset(params, cache, ids, *, config):
     """FAULT: the causal mask placed as if the new query sat at position 0: it reads
     key 0 only (``query_offset`` left at its default)."""
-    return _decode(params, cache, ids, config, attend=_attend_from_zero)
+    ids = _check_step(params, cache, ids, config)
+    t = cache.position
+    X, _ = embedding_forward(params["embed"], ids[..., None])  # (..., 1, D)
+    X, _ = positions_forward({"P": np.asarray(params["pos"]["P"])[t:]}, X)  # + P[t]
+    key_valid = cache.key_valid
+    if key_valid is not None:  # the new token is real
+        key_valid = np.concatenate([key_valid, np.ones(ids.shape + (1,), bool)], -1)
+    blocks = []
+    for block, past in zip(params["blocks"], cache.blocks):
+        X, saved = block_forward(block, X, heads=config.heads, key_valid=key_valid,
+                                 eps=config.eps, approximate=config.approximate_gelu,
+                                 past=past)  # the fault: no query_offset
+        blocks.append(_kept(saved))  # the t + 1 keys and values so far
+    H, _ = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    Z, _ = linear_forward(_unembedding(params, config.tied), H)  # (..., 1, n_vocab)
+    return Z[..., 0, :], KVCache(tuple(blocks), t + 1, key_valid)
 
 
 def prefill_shared_cache(params, ids, *, config, key_valid=None):

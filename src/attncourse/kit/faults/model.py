@@ -11,9 +11,13 @@ blind to it; :data:`CORRECT` holds the package pair every check must pass.
 import numpy as np
 
 from ...layers.attention import key_valid_from_lengths
-from ...layers.positions import positions_forward
-from ...model import (ModelConfig, _backward, _forward, model_backward,
-                     model_forward, spread_params)
+from ...layers.block import block_backward, block_forward
+from ...layers.embedding import embedding_backward, embedding_forward
+from ...layers.layernorm import layernorm_backward, layernorm_forward
+from ...layers.linear import linear_backward, linear_forward
+from ...layers.positions import positions_backward, positions_forward
+from ...model import (ModelConfig, _require_gradient, _require_inputs, _unembedding,
+                     model_backward, model_forward, spread_params)
 from ..failed import CheckFailed
 from ..gradients import layer_gradcheck
 from ._registry import Check, Fault, require_close, require_gradcheck
@@ -31,30 +35,48 @@ __all__ = [
     "model_forward_ignoring_padding",
 ]
 
+# Each fault is a copy of attncourse.model.model_forward or model_backward with one
+# line wrong, marked "the fault".
 
-def model_backward_tied_lookup_only(params, saved, dlogits):
+
+def model_backward_tied_lookup_only(params, saved, dZ):
     """FAULT: tied ``dE`` is the lookup's gradient only; the unembedding's is lost.
 
     What a backward pass that assigns ``grads["embed"] = ...`` last does. Untied, the
     pass is correct.
     """
-    return _backward(params, saved, dlogits, tie=lambda lookup, unembedding: lookup)
+    unembed, dZ = _require_gradient(params, saved, dZ)
+    d_unembed, dH = linear_backward(unembed, saved["unembed"], dZ)  # dH = dZ U^T
+    d_ln_f, dX = layernorm_backward(params["ln_f"], saved["ln_f"], dH)
+    d_blocks = [None] * len(params["blocks"])
+    for i in reversed(range(len(params["blocks"]))):
+        d_blocks[i], dX = block_backward(params["blocks"][i], saved["blocks"][i], dX)
+    d_pos, dX = positions_backward(params["pos"], saved["pos"], dX)
+    d_embed, _ = embedding_backward(params["embed"], saved["embed"], dX)
+    dparams = {"embed": d_embed, "pos": d_pos, "blocks": d_blocks, "ln_f": d_ln_f}
+    if saved["tied"]:
+        dparams["embed"] = {"E": d_embed["E"]}  # the fault: dU^T is not added
+    else:
+        dparams["unembed"] = d_unembed
+    return dparams, None
 
 
-def model_backward_tied_unembedding_only(params, saved, dlogits):
+def model_backward_tied_unembedding_only(params, saved, dZ):
     """FAULT: tied ``dE`` is the unembedding's gradient ``dW^T`` only (lookup lost)."""
-    return _backward(params, saved, dlogits,
-                     tie=lambda lookup, unembedding: unembedding)
-
-
-def _without_positions(params, X):
-    """The positions step of the fault: ``P`` is never added."""
-    return X, {"T": X.shape[-2], "shape": X.shape}
-
-
-def _without_positions_backward(params, saved, dY):
-    """Its consistent backward: ``P`` took no part, so ``dP = 0``; ``dX = dY``."""
-    return {"P": np.zeros(np.shape(params["P"]))}, np.array(dY, dtype=np.float64)
+    unembed, dZ = _require_gradient(params, saved, dZ)
+    d_unembed, dH = linear_backward(unembed, saved["unembed"], dZ)  # dH = dZ U^T
+    d_ln_f, dX = layernorm_backward(params["ln_f"], saved["ln_f"], dH)
+    d_blocks = [None] * len(params["blocks"])
+    for i in reversed(range(len(params["blocks"]))):
+        d_blocks[i], dX = block_backward(params["blocks"][i], saved["blocks"][i], dX)
+    d_pos, dX = positions_backward(params["pos"], saved["pos"], dX)
+    d_embed, _ = embedding_backward(params["embed"], saved["embed"], dX)
+    dparams = {"embed": d_embed, "pos": d_pos, "blocks": d_blocks, "ln_f": d_ln_f}
+    if saved["tied"]:
+        dparams["embed"] = {"E": d_unembed["W"].T}  # the fault: the lookup's dE lost
+    else:
+        dparams["unembed"] = d_unembed
+    return dparams, None
 
 
 def model_forward_without_positions(params, ids, *, config, key_valid=None):
@@ -63,23 +85,59 @@ def model_forward_without_positions(params, ids, *, config, key_valid=None):
     Causal attention then cannot tell where a token is: a run of one token gives
     the same logits at every position.
     """
-    return _forward(params, ids, config, key_valid, _without_positions)
+    ids, key_valid = _require_inputs(params, ids, key_valid, config)
+    X, saved_embed = embedding_forward(params["embed"], ids)  # (..., T) -> (..., T, D)
+    saved_pos = None  # the fault: X, saved_pos = positions_forward(params["pos"], X)
+    saved_blocks = []
+    for block in params["blocks"]:
+        X, saved_block = block_forward(block, X, heads=config.heads,
+                                       key_valid=key_valid, eps=config.eps,
+                                       approximate=config.approximate_gelu)
+        saved_blocks.append(saved_block)
+    H, saved_ln_f = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    unembed = _unembedding(params, config.tied)  # {"W": U}, U = E^T when tied
+    Z, saved_unembed = linear_forward(unembed, H)  # (..., T, D) x (D, n) -> (..., T, n)
+    saved = {"embed": saved_embed, "pos": saved_pos, "blocks": saved_blocks,
+             "ln_f": saved_ln_f, "unembed": saved_unembed, "tied": config.tied}
+    return Z, saved
 
 
-def model_backward_without_positions(params, saved, dlogits):
-    """FAULT: the consistent backward of :func:`model_forward_without_positions`."""
-    return _backward(params, saved, dlogits, positions=_without_positions_backward)
+def model_backward_without_positions(params, saved, dZ):
+    """FAULT: the consistent backward of :func:`model_forward_without_positions`:
+    ``P`` took no part, so ``dP = 0`` and ``dX`` passes through."""
+    unembed, dZ = _require_gradient(params, saved, dZ)
+    d_unembed, dH = linear_backward(unembed, saved["unembed"], dZ)  # dH = dZ U^T
+    d_ln_f, dX = layernorm_backward(params["ln_f"], saved["ln_f"], dH)
+    d_blocks = [None] * len(params["blocks"])
+    for i in reversed(range(len(params["blocks"]))):
+        d_blocks[i], dX = block_backward(params["blocks"][i], saved["blocks"][i], dX)
+    d_pos = {"P": np.zeros(np.shape(params["pos"]["P"]))}  # the fault: P not added
+    d_embed, _ = embedding_backward(params["embed"], saved["embed"], dX)
+    dparams = {"embed": d_embed, "pos": d_pos, "blocks": d_blocks, "ln_f": d_ln_f}
+    if saved["tied"]:  # U = E^T: dU^T has E's shape; add the two uses
+        dparams["embed"] = {"E": d_embed["E"] + d_unembed["W"].T}
+    else:
+        dparams["unembed"] = d_unembed
+    return dparams, None
 
 
-def _skipped_norm_backward(params, saved, dY):
-    """The final LayerNorm treated as the identity in the backward pass."""
-    zeros = np.zeros(np.shape(params["gamma"]))
-    return {"gamma": zeros, "beta": zeros.copy()}, np.array(dY, dtype=np.float64)
-
-
-def model_backward_final_norm_skipped(params, saved, dlogits):
+def model_backward_final_norm_skipped(params, saved, dZ):
     """FAULT: the backward skips the final LayerNorm: ``dX = dH``, no gain, no shift."""
-    return _backward(params, saved, dlogits, final_norm=_skipped_norm_backward)
+    unembed, dZ = _require_gradient(params, saved, dZ)
+    d_unembed, dH = linear_backward(unembed, saved["unembed"], dZ)  # dH = dZ U^T
+    # the fault: the final LayerNorm is treated as the identity, dX = dH
+    d_ln_f, dX = {k: np.zeros(np.shape(v)) for k, v in params["ln_f"].items()}, dH
+    d_blocks = [None] * len(params["blocks"])
+    for i in reversed(range(len(params["blocks"]))):
+        d_blocks[i], dX = block_backward(params["blocks"][i], saved["blocks"][i], dX)
+    d_pos, dX = positions_backward(params["pos"], saved["pos"], dX)
+    d_embed, _ = embedding_backward(params["embed"], saved["embed"], dX)
+    dparams = {"embed": d_embed, "pos": d_pos, "blocks": d_blocks, "ln_f": d_ln_f}
+    if saved["tied"]:  # U = E^T: dU^T has E's shape; add the two uses
+        dparams["embed"] = {"E": d_embed["E"] + d_unembed["W"].T}
+    else:
+        dparams["unembed"] = d_unembed
+    return dparams, None
 
 
 def model_forward_ignoring_padding(params, ids, *, config, key_valid=None):
@@ -88,7 +146,21 @@ def model_forward_ignoring_padding(params, ids, *, config, key_valid=None):
     Every query reads the padded keys too; with padding at the end of a sequence the
     causal mask hides it anyway, so only padding at the start shows the mistake.
     """
-    return _forward(params, ids, config, None, positions_forward)
+    ids, key_valid = _require_inputs(params, ids, key_valid, config)
+    X, saved_embed = embedding_forward(params["embed"], ids)  # (..., T) -> (..., T, D)
+    X, saved_pos = positions_forward(params["pos"], X)  # (..., T, D) + (T, D)
+    saved_blocks = []
+    for block in params["blocks"]:
+        X, saved_block = block_forward(block, X, heads=config.heads,
+                                       key_valid=None, eps=config.eps,  # the fault
+                                       approximate=config.approximate_gelu)
+        saved_blocks.append(saved_block)
+    H, saved_ln_f = layernorm_forward(params["ln_f"], X, eps=config.eps)
+    unembed = _unembedding(params, config.tied)  # {"W": U}, U = E^T when tied
+    Z, saved_unembed = linear_forward(unembed, H)  # (..., T, D) x (D, n) -> (..., T, n)
+    saved = {"embed": saved_embed, "pos": saved_pos, "blocks": saved_blocks,
+             "ln_f": saved_ln_f, "unembed": saved_unembed, "tied": config.tied}
+    return Z, saved
 
 
 # --- the registry ---------------------------------------------------------------------

@@ -9,8 +9,12 @@ blind to it; :data:`CORRECT` holds the package pair every check must pass.
 
 import numpy as np
 
-from ...layers.attention import key_valid_from_lengths
-from ...layers.multihead import (_backward, _forward, init_multihead, merge_heads,
+from ..._validate import as_float_like
+from ...layers.attention import (AttentionSaved, attention_backward, causal_attention,
+                                 key_padding_mask, key_valid_from_lengths)
+from ...layers.head import project
+from ...layers.linear import matmul_backward
+from ...layers.multihead import (_as_inputs, init_multihead, merge_heads,
                                 multihead_backward, multihead_by_loop,
                                 multihead_forward, split_heads)
 from ..gradients import layer_gradcheck
@@ -65,21 +69,78 @@ def split_heads_reversed(Y, heads):
     return np.flip(split_heads(Y, heads), axis=-3)
 
 
-def multihead_forward_no_transpose(params, X, *, heads, key_valid=None):
-    """WRONG: multi-head forward whose split and merge reshape without the transpose."""
-    return _forward(params, X, heads, key_valid, split_heads_no_transpose,
-                    merge_heads_no_transpose)
+# Each multihead fault is a copy of attncourse.layers.multihead.multihead_forward or
+# multihead_backward with the step at fault changed, marked "the fault".
+
+
+def multihead_forward_no_transpose(params, X, *, heads, key_valid=None, past=None,
+                                   query_offset=0):
+    """WRONG: multi-head forward whose split and merge reshape without the transpose.
+
+    One mistake made at both reshapes: the split of ``Q, K, V`` and the merge of the
+    heads' outputs.
+    """
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, X, heads)
+    # (..., T, D) x (D, H d) -> (..., T, H d); V: (..., T, H r)
+    Q, K, V = project(X, W_Q, W_K, W_V)
+    # (..., H, T, d), (..., H, T, d), (..., H, T, r)
+    Q_h, K_h, V_h = (split_heads_no_transpose(M, heads) for M in (Q, K, V))  # the fault
+    if past is not None:  # the cached keys and values of the t earlier positions first
+        K_h = np.concatenate([past[0], K_h], axis=-2)  # (..., H, t + T, d)
+        V_h = np.concatenate([past[1], V_h], axis=-2)  # (..., H, t + T, r)
+    head_valid = None  # key_valid (..., T_k) as (..., 1, T_k): the same keys per head
+    if key_valid is not None:
+        head_valid = key_padding_mask(key_valid, K_h.shape[-2], X.shape[:-2])
+    # (..., H, T, r), (..., H, T, T_k); query i sits at position query_offset + i
+    O_h, A = causal_attention(Q_h, K_h, V_h, query_offset, key_valid=head_valid)
+    C = merge_heads_no_transpose(O_h)  # the fault: a plain reshape
+    Y = C @ W_O  # (..., T, H r) x (H r, D_out) -> (..., T, D_out)
+    saved = {"X": X, "Q": Q_h, "K": K_h, "V": V_h, "A": A, "C": C, "heads": heads}
+    return Y, saved
 
 
 def multihead_backward_no_transpose(params, saved, dY):
-    """The exact backward of :func:`multihead_forward_no_transpose`: consistent."""
-    return _backward(params, saved, dY, split_heads_no_transpose,
-                     merge_heads_no_transpose)
+    """The exact backward of :func:`multihead_forward_no_transpose`: consistent (the
+    split of ``dC`` and the merge of ``dQ_h, dK_h, dV_h`` reshape without the
+    transpose)."""
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, saved["X"], saved["heads"])
+    C, heads = saved["C"], saved["heads"]
+    dY = as_float_like("dY", dY, C.shape[:-1] + W_O.shape[1:], "the output Y")
+    # dC = dY W_O^T (..., T, H r); dW_O = C^T dY (H r, D_out), summed over the batch
+    dC, dW_O = matmul_backward(C, W_O, dY)
+    G_h = split_heads_no_transpose(dC, heads)  # the fault: a plain reshape
+    attention = AttentionSaved(*(saved[n] for n in AttentionSaved._fields))
+    # (..., H, T, d), (..., H, T, d), (..., H, T, r)
+    dQ_h, dK_h, dV_h = attention_backward(attention, G_h)
+    # backward of the split: (..., T, H d), (..., T, H d), (..., T, H r)
+    dQ, dK, dV = map(merge_heads_no_transpose, (dQ_h, dK_h, dV_h))  # the fault
+    dX_Q, dW_Q = matmul_backward(X, W_Q, dQ)  # dQ W_Q^T (..., T, D), X^T dQ (D, H d)
+    dX_K, dW_K = matmul_backward(X, W_K, dK)  # dK W_K^T (..., T, D), X^T dK (D, H d)
+    dX_V, dW_V = matmul_backward(X, W_V, dV)  # dV W_V^T (..., T, D), X^T dV (D, H r)
+    dparams = {"W_Q": dW_Q, "W_K": dW_K, "W_V": dW_V, "W_O": dW_O}
+    return dparams, dX_Q + dX_K + dX_V  # three branches summed
 
 
-def multihead_forward_reversed(params, X, *, heads, key_valid=None):
+def multihead_forward_reversed(params, X, *, heads, key_valid=None, past=None,
+                               query_offset=0):
     """WRONG: multi-head forward that concatenates the heads in reverse order."""
-    return _forward(params, X, heads, key_valid, split_heads, merge_heads_reversed)
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, X, heads)
+    # (..., T, D) x (D, H d) -> (..., T, H d); V: (..., T, H r)
+    Q, K, V = project(X, W_Q, W_K, W_V)
+    # (..., H, T, d), (..., H, T, d), (..., H, T, r)
+    Q_h, K_h, V_h = split_heads(Q, heads), split_heads(K, heads), split_heads(V, heads)
+    if past is not None:  # the cached keys and values of the t earlier positions first
+        K_h = np.concatenate([past[0], K_h], axis=-2)  # (..., H, t + T, d)
+        V_h = np.concatenate([past[1], V_h], axis=-2)  # (..., H, t + T, r)
+    head_valid = None  # key_valid (..., T_k) as (..., 1, T_k): the same keys per head
+    if key_valid is not None:
+        head_valid = key_padding_mask(key_valid, K_h.shape[-2], X.shape[:-2])
+    # (..., H, T, r), (..., H, T, T_k); query i sits at position query_offset + i
+    O_h, A = causal_attention(Q_h, K_h, V_h, query_offset, key_valid=head_valid)
+    C = merge_heads_reversed(O_h)  # the fault: head H-1 first
+    Y = C @ W_O  # (..., T, H r) x (H r, D_out) -> (..., T, D_out)
+    saved = {"X": X, "Q": Q_h, "K": K_h, "V": V_h, "A": A, "C": C, "heads": heads}
+    return Y, saved
 
 
 def multihead_backward_reversed(params, saved, dY):
@@ -89,7 +150,22 @@ def multihead_backward_reversed(params, saved, dY):
     that wrong forward it is consistent, so only a check of the forward values can catch
     the pair.
     """
-    return _backward(params, saved, dY, split_heads_reversed, merge_heads)
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, saved["X"], saved["heads"])
+    C, heads = saved["C"], saved["heads"]
+    dY = as_float_like("dY", dY, C.shape[:-1] + W_O.shape[1:], "the output Y")
+    # dC = dY W_O^T (..., T, H r); dW_O = C^T dY (H r, D_out), summed over the batch
+    dC, dW_O = matmul_backward(C, W_O, dY)
+    G_h = split_heads_reversed(dC, heads)  # the fault: dC's last block to head 0
+    attention = AttentionSaved(*(saved[n] for n in AttentionSaved._fields))
+    # (..., H, T, d), (..., H, T, d), (..., H, T, r)
+    dQ_h, dK_h, dV_h = attention_backward(attention, G_h)
+    # backward of the split: (..., T, H d), (..., T, H d), (..., T, H r)
+    dQ, dK, dV = merge_heads(dQ_h), merge_heads(dK_h), merge_heads(dV_h)
+    dX_Q, dW_Q = matmul_backward(X, W_Q, dQ)  # dQ W_Q^T (..., T, D), X^T dQ (D, H d)
+    dX_K, dW_K = matmul_backward(X, W_K, dK)  # dK W_K^T (..., T, D), X^T dK (D, H d)
+    dX_V, dW_V = matmul_backward(X, W_V, dV)  # dV W_V^T (..., T, D), X^T dV (D, H r)
+    dparams = {"W_Q": dW_Q, "W_K": dW_K, "W_V": dW_V, "W_O": dW_O}
+    return dparams, dX_Q + dX_K + dX_V  # three branches summed
 
 
 # --- the registry ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ holds the package functions every check must pass.
 
 import numpy as np
 
-from ..._validate import as_float_array
+from ..._validate import as_float_array, as_float_like
 from ...layers.attention import causal_mask
 from ...softmax import softmax, softmax_backward
 from ..failed import CheckFailed
@@ -52,11 +52,8 @@ def softmax_backward_numerator_only(A, dA):
     array([[1.5, 0. ]])
     """
     A = as_float_array("A", A)
-    dA = as_float_array("dA", dA)
-    if A.shape != dA.shape:
-        raise ValueError(
-            f"A and dA must have the same shape, got A {A.shape} and dA {dA.shape}")
-    return A * dA
+    dA = as_float_like("dA", dA, A.shape, "A")
+    return A * dA  # the core: A * (dA - row_mean)
 
 
 def softmax_without_max_subtraction(S, visible=None):

@@ -9,15 +9,19 @@ pass.
 """
 
 import functools
+import math
 
 import numpy as np
 
-from ...layers.attention import causal_mask
-from ...tiled import (DEFAULT_BLOCK, SoftmaxState, TiledSaved, TiledWeights, _forward,
-                     _no_offset, _prepare, causal_tiles, empty_state, merge_states,
-                     require_blocks,
-                     tile_state, tiled_attention_backward, tiled_attention_forward,
-                     tiled_causal_attention, tiled_causal_attention_backward)
+from ..._validate import as_float_like, require_sizes
+from ...fast import run_parallel
+from ...layers.attention import _unbroadcast, causal_mask
+from ...tiled import (DEFAULT_BLOCK, SoftmaxState, Tile, TiledSaved, TiledWeights,
+                      _finite_or_zero, _hide, _no_offset, _require_inputs,
+                      _require_same_rows, _subtract, _tile_state, _tile_visible,
+                      _workers, causal_tiles, empty_state, finish_state,
+                      merge_states, tile_state, tiled_attention_forward,
+                      tiled_causal_attention, tiled_causal_attention_backward)
 from .. import conformance as cf
 from ..failed import CheckFailed
 from ._registry import Check, Fault, require_close
@@ -35,6 +39,11 @@ __all__ = [
     "tiled_causal_attention_backward_final_lse",
 ]
 
+# Each fault is a copy of a function of attncourse.tiled with one line wrong, marked
+# "the fault"; the tiled passes with the causal_attention signature are that
+# signature (the lines of tiled_causal_attention or tiled_causal_attention_backward)
+# around a wrong copy of the forward or the backward pass.
+
 
 def merge_states_without_rescale(a, b):
     """FAULT: the old output ``o_a`` is added as it is, not rescaled by
@@ -44,38 +53,112 @@ def merge_states_without_rescale(a, b):
     score comes first passes it.
     """
     a, b = SoftmaxState(*a), SoftmaxState(*b)
-    m = np.maximum(a.m, b.m)
-    shift = np.where(np.isfinite(m), m, 0.0)
-    alpha, beta = np.exp(a.m - shift), np.exp(b.m - shift)
-    return SoftmaxState(m, alpha * a.l + beta * b.l,
-                        a.o + beta[..., None] * b.o)  # the fault: a.o not rescaled
+    _require_same_rows(a, b)
+    m = np.maximum(a.m, b.m)  # (..., n)
+    shift = _finite_or_zero(m)
+    alpha, beta = np.exp(a.m - shift), np.exp(b.m - shift)  # (..., n), 0 for -inf
+    return SoftmaxState(
+        m, alpha * a.l + beta * b.l, a.o + beta[..., None] * b.o  # the fault: a.o
+    )
 
 
 def merge_states_unguarded(a, b):
     """FAULT: ``exp(m_a - m)`` with no guard: two rows that have seen no key compute
     ``-inf - (-inf) = NaN``. Right on every row that has seen a key."""
     a, b = SoftmaxState(*a), SoftmaxState(*b)
-    m = np.maximum(a.m, b.m)
-    alpha, beta = np.exp(a.m - m), np.exp(b.m - m)  # the fault: NaN when m = -inf
-    return SoftmaxState(m, alpha * a.l + beta * b.l,
-                        alpha[..., None] * a.o + beta[..., None] * b.o)
+    _require_same_rows(a, b)
+    m = np.maximum(a.m, b.m)  # (..., n)
+    shift = m  # the fault: -inf where a row has seen no key, not 0
+    alpha, beta = np.exp(a.m - shift), np.exp(b.m - shift)  # (..., n), NaN for -inf
+    return SoftmaxState(
+        m, alpha * a.l + beta * b.l, alpha[..., None] * a.o + beta[..., None] * b.o
+    )
 
 
 def causal_tiles_one_block_early(T_q, T_k, block_q, block_k, causal=True):
     """FAULT: a tile is skipped when its first key is not before its first query
     (``j0 >= i0``), one block too early: the diagonal tiles are never visited."""
-    require_blocks(block_q, block_k)
-    return [t for t in causal_tiles(T_q, T_k, block_q, block_k, causal)
-            if not (causal and t.j0 >= t.i0)]
+    require_sizes(block_q=block_q, block_k=block_k)
+    tiles = []
+    for i0 in range(0, T_q, block_q):
+        i1 = min(i0 + block_q, T_q)
+        for j0 in range(0, T_k, block_k):
+            j1 = min(j0 + block_k, T_k)
+            if causal and j0 >= i0:  # the fault: not j0 > i1 - 1
+                continue
+            tiles.append(Tile(i0, i1, j0, j1, bool(causal and j1 - 1 > i0)))
+    return tiles
 
 
-def _faulty_attend(query, key, value, query_offset, dropout, key_valid, block_q,
-                   block_k, **pieces):
+def _forward_without_rescale(Q, K, V, *, causal=False, key_valid=None,
+                             block_q=DEFAULT_BLOCK, block_k=DEFAULT_BLOCK,
+                             workers=None):
+    """:func:`attncourse.tiled.tiled_attention_forward` merging with
+    :func:`merge_states_without_rescale`."""
+    Q, K, V, kv = _require_inputs(Q, K, V, key_valid, block_q, block_k)
+    batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    (T_q, d), (T_k, r) = Q.shape[-2:], V.shape[-2:]
+    dtype = np.result_type(Q, K, V)
+    scale = dtype.type(1 / math.sqrt(d))
+    O = np.zeros(batch + (T_q, r), dtype)
+    lse = np.full(batch + (T_q,), -np.inf, dtype)
+    visits = causal_tiles(T_q, T_k, block_q, block_k, bool(causal))
+
+    def row_block(i0):  # queries i0 .. i1-1 read their tiles of keys in order
+        i1 = min(i0 + block_q, T_q)
+        Qs = Q[..., i0:i1, :] * scale  # (..., bq, d): the T x d operand scaled
+        state = empty_state(batch + (i1 - i0,), r, dtype)
+        for t in (t for t in visits if t.i0 == i0):
+            S = Qs @ np.swapaxes(K[..., t.j0 : t.j1, :], -1, -2)  # (bq, d) x (d, bk)
+            tile = _tile_state(S, V[..., t.j0 : t.j1, :], _tile_visible(t, kv))
+            state = merge_states_without_rescale(state, tile)  # the fault
+        O[..., i0:i1, :], lse[..., i0:i1] = finish_state(state)
+
+    run_parallel(row_block, range(0, T_q, block_q), _workers(workers, Q, K, V))
+    return O, TiledSaved(Q, K, V, O, lse, kv, bool(causal), block_q, block_k, workers)
+
+
+def _forward_one_block_early(Q, K, V, *, causal=False, key_valid=None,
+                             block_q=DEFAULT_BLOCK, block_k=DEFAULT_BLOCK,
+                             workers=None):
+    """:func:`attncourse.tiled.tiled_attention_forward` over
+    :func:`causal_tiles_one_block_early`."""
+    Q, K, V, kv = _require_inputs(Q, K, V, key_valid, block_q, block_k)
+    batch = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    (T_q, d), (T_k, r) = Q.shape[-2:], V.shape[-2:]
+    dtype = np.result_type(Q, K, V)
+    scale = dtype.type(1 / math.sqrt(d))
+    O = np.zeros(batch + (T_q, r), dtype)
+    lse = np.full(batch + (T_q,), -np.inf, dtype)
+    # the fault: the tiles of causal_tiles_one_block_early
+    visits = causal_tiles_one_block_early(T_q, T_k, block_q, block_k, bool(causal))
+
+    def row_block(i0):  # queries i0 .. i1-1 read their tiles of keys in order
+        i1 = min(i0 + block_q, T_q)
+        Qs = Q[..., i0:i1, :] * scale  # (..., bq, d): the T x d operand scaled
+        state = empty_state(batch + (i1 - i0,), r, dtype)
+        for t in (t for t in visits if t.i0 == i0):
+            S = Qs @ np.swapaxes(K[..., t.j0 : t.j1, :], -1, -2)  # (bq, d) x (d, bk)
+            tile = _tile_state(S, V[..., t.j0 : t.j1, :], _tile_visible(t, kv))
+            state = merge_states(state, tile)
+        O[..., i0:i1, :], lse[..., i0:i1] = finish_state(state)
+
+    run_parallel(row_block, range(0, T_q, block_q), _workers(workers, Q, K, V))
+    return O, TiledSaved(Q, K, V, O, lse, kv, bool(causal), block_q, block_k, workers)
+
+
+def _as_causal_attention(forward, query, key, value, query_offset, dropout, key_valid,
+                         block_q, block_k):
+    """The lines of :func:`attncourse.tiled.tiled_causal_attention` around
+    ``forward``."""
     _no_offset(query_offset)
-    Q, K, V, _, kv = _prepare(query, key, value, key_valid, block_q, block_k)
-    O, lse = _forward(Q, K, V, kv, True, block_q, block_k, **pieces)
-    A = TiledWeights(TiledSaved(Q, K, V, O, lse, kv, True, block_q, block_k))
-    return (O, A) if dropout is None else (dropout(np.asarray(A)) @ V, np.asarray(A))
+    O, saved = forward(query, key, value, causal=True, key_valid=key_valid,
+                       block_q=block_q, block_k=block_k)
+    weights = TiledWeights(saved)
+    if dropout is None:
+        return O, weights
+    A = np.asarray(weights)  # (..., T_q, T_k)
+    return dropout(A) @ saved.V, A  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
 
 
 def tiled_causal_attention_without_rescale(query, key, value, query_offset=0,
@@ -87,8 +170,8 @@ def tiled_causal_attention_without_rescale(query, key, value, query_offset=0,
     The normaliser and the log-sum-exp stay right, so the weights it returns are
     right: only the output is wrong.
     """
-    return _faulty_attend(query, key, value, query_offset, dropout, key_valid, block_q,
-                          block_k, merge=merge_states_without_rescale)
+    return _as_causal_attention(_forward_without_rescale, query, key, value,
+                                query_offset, dropout, key_valid, block_q, block_k)
 
 
 def tiled_causal_attention_one_block_early(query, key, value, query_offset=0,
@@ -96,11 +179,62 @@ def tiled_causal_attention_one_block_early(query, key, value, query_offset=0,
                                            block_q=DEFAULT_BLOCK,
                                            block_k=DEFAULT_BLOCK):
     """FAULT: the tiled forward pass over :func:`causal_tiles_one_block_early`."""
-    return _faulty_attend(query, key, value, query_offset, dropout, key_valid, block_q,
-                          block_k, tiles=causal_tiles_one_block_early)
+    return _as_causal_attention(_forward_one_block_early, query, key, value,
+                                query_offset, dropout, key_valid, block_q, block_k)
 
 
-def tiled_causal_attention_backward_final_lse(query, key, value, dO, query_offset=0, *,
+def _backward_final_lse(saved, G, *, workers=None):
+    """:func:`attncourse.tiled.tiled_attention_backward` shifting every row by the
+    last row's log-sum-exp."""
+    Q, K, V, O, lse, kv, causal, block_q, block_k = saved[:9]
+    G = as_float_like("G", G, O.shape, "the output O")
+    workers = _workers(saved.workers if workers is None else workers, Q, K, V)
+    batch, dtype = O.shape[:-2], O.dtype
+    scale = dtype.type(1 / math.sqrt(Q.shape[-1]))
+    delta = np.einsum("...ij,...ij->...i", G, O)  # rowsum(dA * A) = rowsum(G * O)
+    # the fault: every row shifted by the last row's lse, not its own
+    shift = np.broadcast_to(_finite_or_zero(lse[..., -1:]), lse.shape)
+    dK = np.zeros(batch + K.shape[-2:], dtype)
+    dV = np.zeros(batch + V.shape[-2:], dtype)
+    visits = causal_tiles(Q.shape[-2], K.shape[-2], block_q, block_k, causal)
+    key_blocks = sorted({t.j0 for t in visits})
+    groups = [set(key_blocks[w::workers]) for w in range(workers)]  # a fixed split
+    groups = [g for g in groups if g]
+    dQ_parts = [np.zeros(batch + Q.shape[-2:], dtype) for _ in groups]
+
+    def key_group(w):  # the tiles of the key blocks of group w; its own part of dQ
+        for t in (t for t in visits if t.j0 in groups[w]):
+            Qs = Q[..., t.i0 : t.i1, :] * scale  # (..., bq, d)
+            K_j, V_j = K[..., t.j0 : t.j1, :], V[..., t.j0 : t.j1, :]
+            G_i = G[..., t.i0 : t.i1, :]  # (..., bq, r)
+            S = Qs @ np.swapaxes(K_j, -1, -2)  # (..., bq, d) x (..., d, bk)
+            S = _hide(S, _tile_visible(t, kv))
+            S = _subtract(S, shift[..., t.i0 : t.i1, None])  # in place when it can
+            P = np.exp(S, out=S)  # (..., bq, bk): the weights, recomputed
+            dV[..., t.j0 : t.j1, :] += (
+                np.swapaxes(P, -1, -2) @ G_i
+            )  # (bk, bq) x (bq, r)
+            dP = G_i @ np.swapaxes(V_j, -1, -2)  # (..., bq, r) x (..., r, bk)
+            dS = np.multiply(P, np.subtract(dP, delta[..., t.i0 : t.i1, None], out=dP),
+                             out=dP)  # P * (dP - delta), in the memory of dP
+            dQ_parts[w][..., t.i0 : t.i1, :] += dS @ K_j  # (bq, bk) x (bk, d)
+            dK[..., t.j0 : t.j1, :] += (
+                np.swapaxes(dS, -1, -2) @ Qs
+            )  # (bk, bq) x (bq, d)
+
+    run_parallel(key_group, range(len(groups)), workers)
+    dQ = dQ_parts[0] if dQ_parts else np.zeros(batch + Q.shape[-2:], dtype)
+    for part in dQ_parts[1:]:  # summed in a fixed order: deterministic
+        dQ += part
+    dQ *= scale
+    return (
+        _unbroadcast(dQ, Q.shape),
+        _unbroadcast(dK, K.shape),
+        _unbroadcast(dV, V.shape),
+    )
+
+
+def tiled_causal_attention_backward_final_lse(query, key, value, G, query_offset=0, *,
                                               key_valid=None, block_q=DEFAULT_BLOCK,
                                               block_k=DEFAULT_BLOCK):
     """FAULT: the backward pass recomputes every row's weights with the last row's
@@ -109,8 +243,7 @@ def tiled_causal_attention_backward_final_lse(query, key, value, dO, query_offse
     _, saved = tiled_attention_forward(query, key, value, causal=True,
                                        key_valid=key_valid, block_q=block_q,
                                        block_k=block_k)
-    final = np.broadcast_to(saved.lse[..., -1:], saved.lse.shape)  # the fault
-    return tiled_attention_backward(saved._replace(lse=final), dO)
+    return _backward_final_lse(saved, G)
 
 
 # --- the registry ---------------------------------------------------------------------
