@@ -1,52 +1,34 @@
 """Settings for every test run, the chapters under nbval included.
 
-One BLAS thread per process. The tests run as parallel processes (pytest-xdist), each
-starting notebook kernels, and the course's matrices are small: several BLAS threads per
-process would only compete for the same cores (measured: Chapter 8's training ran more
-than ten times slower). With one thread the numbers also do not depend on the machine's
-core count. The kernels nbval starts inherit these settings.
+One BLAS thread per process, and ``ATTNCOURSE_MODELS`` naming ``_build/models`` (where
+``attncourse.kit.trained.trained_model`` keeps Chapter 7's models for the chapters and
+tests that reuse them): set by ``tools/execute.py``, inherited by the kernels. Parallel
+processes with several BLAS threads each only compete for the cores (measured: Chapter
+8's training ran more than ten times slower), and one thread makes the numbers
+independent of the core count.
 
-Unfinished exercises under nbval. No chapter cell is tagged ``raises-exception`` (a test
-in tests/test_notebooks.py asserts it), so nbval runs every cell as "Run All" does in a
-plain kernel and fails on any exception. An exercise cell whose stub still raises
-``NotImplementedError`` must instead print the checker's one-line notice: the hook below
-fails such a cell when its output is anything else.
+Unfinished exercises. No chapter cell is tagged ``raises-exception``, so nbval fails on
+any exception, as "Run All" stops; an exercise cell whose stub still raises
+``NotImplementedError`` must instead print the checker's one-line notice.
 
-Trained models. ``ATTNCOURSE_MODELS`` names ``_build/models``, where
-``attncourse.kit.trained.trained_model`` keeps each recipe's model under a key of
-everything its bits depend on; the chapters that reuse Chapter 7's models, and the
-tests, train each once between them. The kernels inherit it too.
-
-One execution of each chapter. A chapter whose every cell passed under nbval is recorded
-with its executed notebook and a key (tools/nbrecord.py); a later run with the same key
-(the same notebook, package, environment and settings) checks the record instead of
-executing the chapter again, and ``--nbval-fresh`` executes every chapter regardless.
-So the README's build command (tools/execute.py runs the chapters under nbval) and its
-test command execute each chapter once between them.
+One execution of each chapter. A chapter that ``tools/execute.py`` executed into the
+notebook cache under the current environment key is checked from its outputs there
+(every cell ran in order, none raised, every stub printed its notice); any other, or
+every one with ``--nbval-fresh``, is executed by nbval.
 """
 
 import ast
-import copy
-import os
 import pathlib
 import sys
-import time
 
 import nbformat
 import pytest
-from nbval.plugin import IPyNbCell, IPyNbFile
-
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")  # before numpy is imported
-# Chapter 7's models are trained once per machine: Chapters 8 and 10 and the tests read
-# them back from here (attncourse.kit.trained.trained_model).
-_MODELS = pathlib.Path(__file__).resolve().parent / "_build" / "models"
-os.environ.setdefault("ATTNCOURSE_MODELS", str(_MODELS))
-
-from attncourse.kit.exercises import UNFINISHED  # noqa: E402
+from nbval.plugin import IPyNbFile
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parent / "tools"))
-import nbrecord  # noqa: E402
+import execute  # noqa: E402  (sets the threads and ATTNCOURSE_MODELS, before numpy)
+
+from attncourse.kit.exercises import UNFINISHED  # noqa: E402
 
 
 def stub_names(source):
@@ -105,108 +87,63 @@ def pytest_runtest_call(item):
 
 def pytest_addoption(parser):
     parser.addoption("--nbval-fresh", action="store_true",
-                     help="execute every chapter under nbval even when a record of a "
-                          "run with the same key exists (see tools/nbrecord.py)")
+                     help="execute every chapter under nbval, even one in the cache")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collect_file(file_path, parent):
     collected = yield
-    if (nbrecord.is_chapter(file_path) and not parent.config.getoption("nbval_fresh")
+    if (file_path.parent.name == "chapters" and execute.is_current()
+            and not parent.config.getoption("nbval_fresh")
             and any(isinstance(c, IPyNbFile) for c in collected)):
-        record = nbrecord.fresh_record(file_path)
-        if record is not None:
-            return [RecordedChapter.from_parent(parent, path=file_path, record=record)]
+        from jupyter_cache import get_cache
+
+        cache = get_cache(str(execute.CACHE))
+        try:
+            record = cache.match_cache_notebook(nbformat.read(file_path, as_version=4))
+        except KeyError:  # not in the cache (edited since, or failed there)
+            return collected
+        cells = [c for c in cache.get_cache_bundle(record.pk).nb.cells
+                 if c.cell_type == "code"]
+        nodeid = file_path.relative_to(parent.config.rootpath).as_posix()
+        return [CachedChapter.from_parent(parent, name=file_path.name, path=file_path,
+                                          nodeid=nodeid, cells=cells)]
     return collected
 
 
 def recorded_cell_problem(number, cell):
-    """What is wrong with code cell ``number`` of a recorded run (None: nothing)."""
+    """What is wrong with code cell ``number`` of a cached run (None: nothing)."""
     if cell.get("execution_count") != number + 1:
-        return (f"the record shows it was not run in order (execution count "
-                f"{cell.get('execution_count')})")
+        return f"not run in order (execution count {cell.get('execution_count')})"
     errors = [out for out in cell.outputs if out.get("output_type") == "error"]
     if errors:
-        return (f"the record shows an exception: {errors[0].get('ename')}: "
-                f"{errors[0].get('evalue')}")
+        return f"an exception: {errors[0].get('ename')}: {errors[0].get('evalue')}"
     return stub_cell_problem(cell.source, cell.outputs)
 
 
-class RecordedChapter(pytest.File):
-    """A chapter checked from the record of its nbval run (tools/nbrecord.py)."""
+class CachedChapter(pytest.Item):
+    """A chapter checked from its outputs in the notebook cache, cell by cell."""
 
-    def __init__(self, *, record, **kwargs):
+    def __init__(self, *, cells, **kwargs):
         super().__init__(**kwargs)
-        self.record = record
-
-    def collect(self):
-        executed = nbformat.reads(self.record["executed"], as_version=4)
-        code = [cell for cell in executed.cells if cell.cell_type == "code"]
-        for number, cell in enumerate(code):
-            yield RecordedCell.from_parent(self, name=f"Cell {number}", number=number,
-                                           cell=cell)
-
-
-class RecordedCell(pytest.Item):
-    """A cell of a recorded run: it ran in order, raised nothing, kept the stub rule."""
-
-    def __init__(self, *, number, cell, **kwargs):
-        super().__init__(**kwargs)
-        self.number, self.cell = number, cell
-        self.user_properties.append(("nbval_record", self.parent.record["key"]))
+        self.cells = cells
+        self.user_properties.append(("notebook_cache", str(execute.CACHE)))
 
     def runtest(self):
-        problem = recorded_cell_problem(self.number, self.cell)
-        if problem:
-            pytest.fail(f"cell {self.number}: {problem}", pytrace=False)
+        problems = [f"cell {n}: {problem}" for n, cell in enumerate(self.cells)
+                    if (problem := recorded_cell_problem(n, cell))]
+        if problems:
+            pytest.fail("\n".join(problems), pytrace=False)
 
     def reportinfo(self):
-        return self.path, None, f"{self.name} (recorded nbval run)"
-
-
-_RUNS = {}  # a chapter's nodeid -> its nbval run so far: start, passed, outputs
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item, call):
-    report = yield
-    if isinstance(item, IPyNbCell) and nbrecord.is_chapter(item.path):
-        run = _RUNS.setdefault(item.parent.nodeid, {"start": time.perf_counter(),
-                                                    "passed": True, "outputs": {}})
-        if report.failed or report.skipped:
-            run["passed"] = False
-        if call.when == "call" and item.test_outputs is not None:
-            run["outputs"][item.cell_num] = item.test_outputs
-    return report
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    result = yield
-    last = nextitem is None or nextitem.parent is not item.parent
-    if last and isinstance(item, IPyNbCell) and nbrecord.is_chapter(item.path):
-        run = _RUNS.pop(item.parent.nodeid, None)
-        executed = copy.deepcopy(item.parent.nb)
-        code = [cell for cell in executed.cells if cell.cell_type == "code"]
-        if run and run["passed"] and sorted(run["outputs"]) == list(range(len(code))):
-            for number, cell in enumerate(code):
-                cell.outputs = run["outputs"][number]
-                cell.execution_count = number + 1
-            from ipykernel.ipkernel import IPythonKernel  # the kernel nbval ran
-
-            executed.metadata["language_info"] = IPythonKernel.language_info
-            nbrecord.write_record(item.path, nbformat.writes(executed),
-                                  time.perf_counter() - run["start"])
-    return result
+        return self.path, None, f"{self.name} ({len(self.cells)} cells, cached)"
 
 
 def pytest_terminal_summary(terminalreporter):
-    keys = {(report.fspath, value) for reports in terminalreporter.stats.values()
-            for report in reports
-            for name, value in getattr(report, "user_properties", ())
-            if name == "nbval_record"}
-    if keys:
+    checked = {report.fspath for reports in terminalreporter.stats.values()
+               for report in reports
+               if "notebook_cache" in dict(getattr(report, "user_properties", ()))}
+    if checked:
         terminalreporter.write_line(
-            f"{len(keys)} chapter(s) checked from the records of their nbval runs in "
-            f"{nbrecord.RECORDS} (same notebook, package and environment); "
-            f"--nbval-fresh executes them again")
+            f"{len(checked)} chapter(s) checked from their outputs in {execute.CACHE}, "
+            f"executed under the current environment; --nbval-fresh executes them")

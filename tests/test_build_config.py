@@ -3,7 +3,7 @@ build.
 
 Each test builds a two-page book in a temporary folder with the repository's own
 ``_config.yml`` and the arguments of the README's build command, so what is checked is
-what CI runs. The three builds are started together (``builds``) and run side by side;
+what CI runs. The four builds are started together (``builds``) and run side by side;
 one that stalls is started once more, alone (``build_all``).
 """
 
@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 
+import nbformat
 import pytest
 
 from booksite import ROOT, _build_arguments
@@ -55,9 +56,11 @@ def notebook(source):
     }
 
 
-def start_build(tmp_path, cell=GOOD_CELL, intro=INTRO):
+def start_build(tmp_path, cell=GOOD_CELL, intro=INTRO, cached=None):
     """Start building the tiny book with the repository's configuration; return the
-    running process and the files that collect its output."""
+    running process and the files that collect its output. ``cached``: the output of
+    the cell as stored in the notebook cache before the build (as tools/execute.py
+    stores it), or None for an empty cache."""
     shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
     (tmp_path / "book").mkdir()
     shutil.copy(ROOT / "book" / "references.bib", tmp_path / "book" / "references.bib")
@@ -67,6 +70,15 @@ def start_build(tmp_path, cell=GOOD_CELL, intro=INTRO):
     )
     (tmp_path / "intro.md").write_text(intro)
     (tmp_path / "chapter.ipynb").write_text(json.dumps(notebook(cell)))
+    if cached is not None:
+        from jupyter_cache import get_cache
+        from jupyter_cache.base import CacheBundleIn
+        executed = nbformat.from_dict(notebook(cell))
+        executed.cells[1].execution_count = 1
+        executed.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                            text=cached)]
+        get_cache(str(tmp_path / "_build" / ".jupyter_cache")).cache_notebook_bundle(
+            CacheBundleIn(executed, str(tmp_path / "chapter.ipynb")))
     jupyter_book = pathlib.Path(sys.executable).with_name("jupyter-book")
     out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     process = subprocess.Popen(
@@ -108,14 +120,24 @@ def finish(started, timeout=STALL):
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
-    """The three builds the tests judge, by name: started together, then awaited."""
+    """The four builds the tests judge, by name: started together, then awaited."""
     plans = {
         "good": {},
         "failing cell": {"cell": 'assert 1 + 1 == 3, "planted failure"'},
         "warning": {"intro": INTRO + "\nSee {ref}`no-such-label`.\n"},
+        "cached": {"cell": 'print("executed" + " by the build")',
+                   "cached": "stored in the cache\n"},
     }
-    return build_all(plans, lambda name, plan: start_build(
-        tmp_path_factory.mktemp(name.replace(" ", "-")), **plan))
+    folders = {}
+
+    def start(name, plan):
+        folders[name] = tmp_path_factory.mktemp(name.replace(" ", "-"))
+        return start_build(folders[name], **plan)
+
+    done = build_all(plans, start)
+    for name, result in done.items():
+        result.folder = folders[name]  # where the build ran
+    return done
 
 
 def build_all(plans, start, stall=STALL):
@@ -165,6 +187,16 @@ def test_a_warning_fails_the_build(builds, good_build):
     done = builds["warning"]
     assert done.returncode != 0
     assert "no-such-label" in done.stdout + done.stderr
+
+
+def test_the_build_takes_a_chapter_s_outputs_from_the_notebook_cache(builds):
+    # what tools/execute.py stored is shown, and the chapter is not executed again;
+    # fault control: with an empty cache the build executes the chapter itself
+    done = builds["cached"]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Using cached notebook" in done.stdout
+    html = (done.folder / "_build" / "html" / "chapter.html").read_text()
+    assert "stored in the cache" in html and "executed by the build" not in html
 
 
 def test_a_stalled_build_is_started_once_more_and_twice_fails():

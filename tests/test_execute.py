@@ -1,153 +1,206 @@
-"""tools/execute.py: a chapters' run that stalls is killed, its kernels too, and run
-once more; a run that prints is left alone, whatever its length."""
+"""tools/execute.py and the root conftest.py: each chapter is executed once, into the
+notebook cache, and the test command checks it there while nothing it depends on has
+changed (anything changed, and nbval executes it)."""
 
+import importlib.util
 import os
 import pathlib
-import signal
+import re
+import shutil
+import subprocess
 import sys
-import textwrap
-import time
+from types import SimpleNamespace
 
-import pytest
+import nbformat
+import yaml
+from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn
 
 import execute
+from attncourse.kit.exercises import UNFINISHED
 
-# Stand-ins for pytest's processes: the run starts a worker, which starts a kernel in a
-# session of its own (as jupyter_client does), writes the kernel's id and its own to a
-# file and prints once. The kernel ignores SIGTERM: only SIGKILL ends it. The worker's
-# name holds a ")", as a process name may, to test how /proc is read.
-KERNEL = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-          "time.sleep(60)")
-WORKER = textwrap.dedent(f"""
-    import os, subprocess, sys, time
-    kernel = subprocess.Popen([sys.executable, "-c", {KERNEL!r}],
-                              start_new_session=True)
-    open(sys.argv[1], "w").write("%d %d" % (kernel.pid, os.getpid()))
-    print("kernel started", flush=True)
-    if sys.argv[2] == "stall":
-        time.sleep(60)
-""")
-RUN = textwrap.dedent(f"""
-    import subprocess, sys
-    subprocess.run([sys.argv[1], "-c", {WORKER!r}, *sys.argv[2:]])
-""")
+ROOT = execute.ROOT
+_spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+root_conftest = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(root_conftest)
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+FIRST, SECOND = CHAPTERS[0], CHAPTERS[1]
 
 
-def alive(pid):
-    """Whether ``pid`` runs (a zombie, killed but not yet reaped, does not)."""
-    try:
-        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+def copy_sources(root):
+    """Copy what the environment key reads (``execute.SOURCES``) into ``root``."""
+    for name in execute.SOURCES:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(
+            ROOT / name, target)
 
 
-def gone_soon(pid, seconds=5):
-    deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not alive(pid)
+def test_the_key_covers_the_package_the_settings_and_the_environment(
+        tmp_path, monkeypatch):
+    copy_sources(tmp_path)
+    monkeypatch.setattr(execute, "ROOT", tmp_path)
+    key = execute.environment_key.__wrapped__
+    before = key()
+    assert key() == before == execute.environment_key()  # the same inputs, the same key
+    (tmp_path / "conftest.py").write_text("")  # not an input of the outputs
+    assert key() == before
+    for name in ("src/attncourse/softmax.py", "src/attncourse/kit/faults/attention.py",
+                 "benchmarks/results/attention.csv", "pyproject.toml"):
+        original = (tmp_path / name).read_bytes()
+        (tmp_path / name).write_bytes(original + b"\n")
+        assert key() != before, name
+        (tmp_path / name).write_bytes(original)
+        assert key() == before
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert key() != before
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert key() == before
+    # the environment's own distributions, even with src/ (and the editable install's
+    # egg-info) on sys.path, as pytest puts it there while collecting doctests
+    monkeypatch.syspath_prepend(str(ROOT / "src"))
+    assert key() == before
+    monkeypatch.setattr(execute.importlib.metadata, "distributions",
+                        lambda **where: [SimpleNamespace(metadata={"Name": "numpy"},
+                                                         version="0.0")])
+    assert key() != before
 
 
-needs_proc = pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(),
-                                reason="reads processes from /proc (Linux)")
+def test_the_cache_is_current_only_under_the_current_key(tmp_path, monkeypatch):
+    monkeypatch.setattr(execute, "CACHE", tmp_path)
+    assert not execute.is_current()  # no key written
+    (tmp_path / "environment.sha256").write_text(execute.environment_key())
+    assert execute.is_current()
+    (tmp_path / "environment.sha256").write_text("0" * 64)
+    assert not execute.is_current()
 
 
-@pytest.fixture
-def run(tmp_path):
-    """``run(mode)``: the command of a run whose worker sleeps after the kernel starts
-    (``"stall"``) or exits at once (``"exit"``), and the kernel's id once it runs. Kills
-    a kernel that a test left."""
-    worker = tmp_path / "worker (1)"
-    worker.symlink_to(sys.executable)
-    pid_file = tmp_path / "kernel.pid"
-
-    def command(mode):
-        return [sys.executable, "-c", RUN, str(worker), str(pid_file), mode]
-
-    yield command, lambda: int(pid_file.read_text().split()[0])
-    for pid in pid_file.read_text().split() if pid_file.exists() else []:
-        if alive(int(pid)):  # the kernel, and the worker of the fault control
-            os.kill(int(pid), signal.SIGKILL)
+def test_the_cells_may_run_as_long_as_in_the_books_own_execution():
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    assert config["execute_notebooks"] == "cache"
+    assert not config.get("cache")  # jupyter-book's default: _build/.jupyter_cache
+    assert execute.TIMEOUT == config["timeout"] == 300
+    assert pathlib.Path(execute.CACHE) == ROOT / "_build" / ".jupyter_cache" or (
+        "ATTNCOURSE_JUPYTER_CACHE" in os.environ)
 
 
-@needs_proc
-def test_a_silent_run_is_killed_with_the_kernels_it_started(run, capfd):
-    command, kernel = run
-    start = time.monotonic()
-    assert execute.run_watched(command("stall"), stall=1) is None
-    assert time.monotonic() - start < 10
-    assert gone_soon(kernel())
-    assert "kernel started" in capfd.readouterr().out  # passed on before the stall
+def run_execute(root, cache, **env):
+    """Run tools/execute.py's main() on the chapters of ``root`` into ``cache``."""
+    code = ("import sys, pathlib; sys.path.insert(0, sys.argv[1]); import execute; "
+            "execute.ROOT = pathlib.Path(sys.argv[2]); sys.argv[1:] = sys.argv[3:]; "
+            "execute.main()")
+    args = env.pop("args", [])
+    return subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "tools"), str(root), *args],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "ATTNCOURSE_JUPYTER_CACHE": str(cache), **env})
 
 
-@needs_proc
-def test_fault_control_without_its_descendants_the_kernel_survives(run, monkeypatch):
-    # the check above sees a kernel that is left running: kill only the run itself
-    command, kernel = run
-    monkeypatch.setattr(execute, "descendants", lambda pid: [])
-    assert execute.run_watched(command("stall"), stall=1) is None
-    assert not gone_soon(kernel(), seconds=1)
+def small_notebook(source):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# A chapter"),
+                nbformat.v4.new_code_cell(source)]
+    nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3",
+                              "language": "python"}
+    return nb
 
 
-@needs_proc
-def test_a_kernel_left_holding_the_pipe_does_not_hold_the_run(run):
-    command, kernel = run
-    start = time.monotonic()
-    assert execute.run_watched(command("exit"), stall=30) == 0
-    assert time.monotonic() - start < 10
-    assert alive(kernel())  # still holding the pipe: not waited for
+def test_the_chapters_are_executed_once_and_again_when_the_key_changes(tmp_path):
+    root, cache = tmp_path / "root", tmp_path / "cache"
+    (root / "chapters").mkdir(parents=True)
+    copy_sources(root)  # the same key as this repository's
+    nbformat.write(small_notebook("print(6 * 7)"), root / "chapters" / "good.ipynb")
+    nbformat.write(small_notebook("assert 1 + 1 == 3, 'planted failure'"),
+                   root / "chapters" / "bad.ipynb")
+    done = run_execute(root, cache)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "bad.ipynb failed: the book's build executes it once more" in done.stderr
+    assert "planted failure" in done.stderr
+    assert "good.ipynb failed" not in done.stderr
+    records = get_cache(str(cache)).list_cache_records()
+    assert [pathlib.Path(r.uri).name for r in records] == ["good.ipynb"]
+    executed = get_cache(str(cache)).get_cache_bundle(records[0].pk).nb
+    assert executed.cells[0].outputs[0]["text"] == "42\n"
+    assert (cache / "environment.sha256").read_text() == execute.environment_key()
+    (root / "chapters" / "bad.ipynb").unlink()
+    again = run_execute(root, cache)  # nothing changed: nothing executed
+    assert "Executing 0 notebook(s)" in again.stderr, again.stderr[-3000:]
+    # fault controls: another key, or --fresh, clears the cache and executes again
+    for changed in ({"OPENBLAS_NUM_THREADS": "2"}, {"args": ["--fresh"]}):
+        done = run_execute(root, cache, **changed)
+        assert "Executing 1 notebook(s)" in done.stderr, (changed, done.stderr[-3000:])
+        assert len(get_cache(str(cache)).list_cache_records()) == 1
 
 
-def test_descendants_reads_every_generation_and_skips_what_it_cannot_read(tmp_path):
-    # 10 -> 11 -> 12, and 20 -> 21; the name of 11 holds ") S 99"; 13, 14 and 15 ended
-    # while /proc was read (their stat is a folder here)
-    stats = {10: "10 (pytest) S 1", 11: "11 (a) S 99) S 10", 12: "12 (kernel) S 11",
-             20: "20 (other) S 1", 21: "21 (x) S 20"}
-    for pid, line in stats.items():
-        (tmp_path / str(pid)).mkdir()
-        (tmp_path / str(pid) / "stat").write_text(line + " 0 0 0\n")
-    for pid in (13, 14, 15):
-        (tmp_path / str(pid) / "stat").mkdir(parents=True)
-    assert sorted(execute.descendants(10, proc=tmp_path)) == [11, 12]
-    assert execute.descendants(12, proc=tmp_path) == []
+def fill_cache(cache, chapters, executed=True):
+    """Put ``chapters`` in the notebook cache at ``cache`` under the current key, as if
+    executed (each code cell run in order, printing nothing) or not at all."""
+    store = get_cache(str(cache))
+    for path in chapters:
+        nb = nbformat.read(path, as_version=4)
+        code = [cell for cell in nb.cells if cell.cell_type == "code"]
+        for number, cell in enumerate(code):
+            cell.execution_count = number + 1 if executed else None
+            stubs = root_conftest.stub_names(cell.source)
+            if executed and stubs:  # the checker's notice
+                notice = UNFINISHED.format(name=stubs[0]) + "\n"
+                cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                       text=notice)]
+        store.cache_notebook_bundle(CacheBundleIn(nb, str(path)), check_validity=False,
+                                    overwrite=True)
+    (cache / "environment.sha256").write_text(execute.environment_key.__wrapped__())
 
 
-def test_a_run_that_prints_is_not_stalled_and_keeps_its_status(capfd, monkeypatch):
-    # 4.8 s in all, longer than the stall, but never 2 s without output; the prints are
-    # not flushed: the run must ask for unbuffered output to see them as they come
-    monkeypatch.delenv("PYTHONUNBUFFERED", raising=False)
-    code = ("import sys, time\n"
-            "for i in range(4):\n"
-            "    print('cell', i); time.sleep(1.2)\n"
-            "sys.exit(3)")
-    assert execute.run_watched([sys.executable, "-c", code], stall=2) == 3
-    assert capfd.readouterr().out.split("\n")[:4] == [f"cell {i}" for i in range(4)]
+def pytest_on(cache, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
+        env=dict(os.environ, ATTNCOURSE_JUPYTER_CACHE=str(cache)))
 
 
-def test_a_stalled_run_runs_once_more_and_a_second_stall_stops_the_build(capsys):
-    calls = []
-
-    def run(outcomes):
-        def fake(command, **popen):
-            calls.append(command)
-            return outcomes[len(calls) - 1]
-        return fake
-
-    command = ["pytest", "--nbval-fresh", "chapters/x.ipynb"]
-    assert execute.run_once_more_if_stalled(command, run=run([None, 0])) == 0
-    # the second run checks the chapters recorded by the first from their records
-    assert calls == [command, ["pytest", "chapters/x.ipynb"]]
-    assert "a kernel stalled?" in capsys.readouterr().err
-    calls.clear()
-    assert execute.run_once_more_if_stalled(command, run=run([1])) == 1
-    assert len(calls) == 1  # a failure is not a stall: no second run
-    calls.clear()
-    with pytest.raises(SystemExit, match="stalled twice"):
-        execute.run_once_more_if_stalled(command, run=run([None, None]))
-    assert len(calls) == 2
+def collected_kinds(cache, *extra):
+    """The collector pytest makes for each of the first two chapters, given a cache."""
+    done = pytest_on(cache, "--collect-only", *extra, str(FIRST.relative_to(ROOT)),
+                     str(SECOND.relative_to(ROOT)))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {path.name: re.search(rf"<(\w+) {re.escape(path.name)}>", done.stdout)[1]
+            for path in (FIRST, SECOND)}
 
 
-def test_the_readme_states_the_stall_limit_the_tool_uses():
-    readme = " ".join((pathlib.Path(execute.ROOT) / "README.md").read_text().split())
-    assert f"prints nothing for {execute.STALL} s" in readme
+def test_the_tests_take_a_current_cache_and_execute_what_it_lacks(tmp_path):
+    fill_cache(tmp_path, [FIRST])
+    assert collected_kinds(tmp_path) == {FIRST.name: "CachedChapter",
+                                         SECOND.name: "IPyNbFile"}
+    assert collected_kinds(tmp_path, "--nbval-fresh") == {FIRST.name: "IPyNbFile",
+                                                          SECOND.name: "IPyNbFile"}
+    (tmp_path / "environment.sha256").write_text("0" * 64)  # filled under another key
+    assert collected_kinds(tmp_path) == {FIRST.name: "IPyNbFile",
+                                         SECOND.name: "IPyNbFile"}
+
+
+def test_a_cached_chapter_passes_only_if_every_cell_ran_in_order(tmp_path):
+    fill_cache(tmp_path / "ran", [FIRST])
+    done = pytest_on(tmp_path / "ran", str(FIRST.relative_to(ROOT)))
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "1 chapter(s) checked from their outputs in" in done.stdout
+    # fault control: the same chapter cached without its cells having run
+    fill_cache(tmp_path / "not-run", [FIRST], executed=False)
+    done = pytest_on(tmp_path / "not-run", str(FIRST.relative_to(ROOT)))
+    assert done.returncode == 1
+    assert "cell 0: not run in order (execution count None)" in done.stdout
+
+
+def test_a_cached_chapter_is_judged_by_the_stub_rule_and_its_errors():
+    problem = root_conftest.recorded_cell_problem
+    stub = "def my_f():\n    raise NotImplementedError\n\ncheck(my_f)"
+    cell = nbformat.v4.new_code_cell(stub)
+    cell.execution_count = 1
+    assert "must print one line" in problem(0, cell)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text=UNFINISHED.format(name="my_f") + "\n")]
+    assert problem(0, cell) is None
+    cell.outputs.append(nbformat.v4.new_output("error", ename="ValueError",
+                                               evalue="bad", traceback=[]))
+    assert "an exception: ValueError: bad" in problem(0, cell)
+    cell.outputs, cell.execution_count = cell.outputs[:1], 2
+    assert "not run in order (execution count 2)" in problem(0, cell)

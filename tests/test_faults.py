@@ -347,7 +347,8 @@ def test_numerator_only_differs_from_correct_by_the_row_mean(S, dA):
 
 
 def test_numerator_only_rejects_mismatched_shapes():
-    with pytest.raises(ValueError, match=r"^dA must have the shape of A, \(2, 3\), got \(3, 2\)$"):
+    message = r"^dA must have the shape of A, \(2, 3\), got \(3, 2\)$"
+    with pytest.raises(ValueError, match=message):
         fs.softmax_backward_numerator_only(np.ones((2, 3)), np.ones((3, 2)))
 
 

@@ -152,13 +152,91 @@ def test_what_the_bits_depend_on_changes_the_key(stub_training, tmp_path, monkey
     monkeypatch.setitem(trained.RECIPES, "recall", dataclasses.replace(recipe, lr=1e-3))
     assert trained.model_key("recall") != before
     monkeypatch.undo()
-    package = tmp_path / "package"
-    package.mkdir()
-    (package / "trained.py").write_text("# another source\n")
-    monkeypatch.setattr(trained, "__file__", str(package / "trained.py"))
+    monkeypatch.setattr(trained, "RECALL_TASK", trained.RecallTask(8, 8, 4))
     assert trained.model_key("recall") != before
+    monkeypatch.undo()
+    code = trained._RECIPE_CODE  # the recipe's code: another function, another key
+    monkeypatch.setattr(trained, "_RECIPE_CODE", (*code[:-1], trained.mean_loss))
+    assert trained.model_key("recall") != before
+    monkeypatch.undo()
+    assert trained.model_key("recall") == before
     with pytest.raises(ValueError, match="no recipe 'gpt'"):
         trained.model_key("gpt")
+
+
+@pytest.fixture
+def core_copy(tmp_path, monkeypatch):
+    """A copy of the package's source that model_key reads instead of the package."""
+    import shutil
+    copy = tmp_path / "attncourse"
+    shutil.copytree(trained._CORE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(trained, "_CORE", copy)
+    return copy
+
+
+def test_the_key_covers_the_training_path_and_nothing_else(core_copy):
+    before = trained.model_key("chars")
+    for name in ("kit/faults/attention.py", "kit/exercises/optim.py", "kit/cost.py",
+                 "kvcache.py", "sample.py", "tiled.py", "__init__.py", "README.md"):
+        with open(core_copy / name, "a") as file:  # a comment, or a docstring edited
+            file.write("\n# edited\n")
+        assert trained.model_key("chars") == before, name
+    # fault controls: a module on the training path, directly or through an import
+    for name in ("optim.py", "layers/gelu.py"):
+        original = (core_copy / name).read_bytes()
+        (core_copy / name).write_bytes(original + b"\n# edited\n")
+        assert trained.model_key("chars") != before, name
+        (core_copy / name).write_bytes(original)
+        assert trained.model_key("chars") == before
+
+
+def test_the_training_path_is_the_import_closure_of_the_modules_training_calls():
+    assert trained.training_modules() == [
+        "_validate.py", "layers/attention.py", "layers/block.py", "layers/embedding.py",
+        "layers/gelu.py", "layers/head.py", "layers/layernorm.py", "layers/linear.py",
+        "layers/mlp.py", "layers/multihead.py", "layers/positions.py", "loss.py",
+        "model.py", "optim.py", "params.py", "softmax.py", "text.py", "train.py"]
+
+
+def test_the_import_closure_follows_every_form_of_relative_import(tmp_path):
+    # a planted core: model.py imports a sibling, a subpackage's module, a module
+    # named in "from . import", and (inside a function) one level up from a layer
+    core = tmp_path / "core"
+    (core / "layers").mkdir(parents=True)
+    sources = {"model.py": "from .loss import f\nfrom .layers.dense import g\n"
+                           "from . import params\n",
+               "text.py": "", "train.py": "import numpy\n", "loss.py": "",
+               "params.py": "", "unused.py": "",
+               "layers/dense.py": "def g():\n    from .._check import h\n",
+               "_check.py": "import os\n"}
+    for name, source in sources.items():
+        (core / name).write_text(source)
+    assert trained.training_modules(core) == [
+        "_check.py", "layers/dense.py", "loss.py", "model.py", "params.py", "text.py",
+        "train.py"]
+
+
+def test_every_core_module_that_runs_in_training_is_on_the_training_path(monkeypatch):
+    import sys
+    ran = set()
+
+    def profile(frame, event, arg):
+        path = pathlib.Path(frame.f_code.co_filename)
+        if event == "call" and path.is_relative_to(trained._CORE):
+            ran.add(path.relative_to(trained._CORE).as_posix())
+
+    sys.setprofile(profile)
+    try:
+        for name in trained.RECIPES:
+            trained.train_recipe(name, steps=2, lines=0)
+    finally:
+        sys.setprofile(None)
+    core = {name for name in ran if not name.startswith("kit/")}
+    assert {"optim.py", "train.py", "layers/attention.py"} <= core
+    assert core <= set(trained.training_modules())
+    # fault control: a closure from model.py alone misses what training runs
+    monkeypatch.setattr(trained, "_TRAINING_ROOTS", ("model.py",))
+    assert not core <= set(trained.training_modules())
 
 
 @pytest.mark.parametrize("damage", ["model", "history", "config"])

@@ -19,8 +19,10 @@ Training runs in float32 (faster, and enough for training); checks run in float6
 ['chars', 'recall']
 """
 
+import ast
 import contextlib
 import hashlib
+import inspect
 import json
 import os
 import pathlib
@@ -37,8 +39,8 @@ from ..text import (RecallTask, build_vocab, encode, make_corpus, recall_batch,
 from ..train import as_dtype, train
 
 __all__ = ["Recipe", "RECIPES", "recall_task", "corpus_split", "train_recipe",
-           "trained_model", "model_key", "MODELS_ENV", "recall_accuracy", "mean_loss",
-           "held_out_recall"]
+           "trained_model", "model_key", "training_modules", "MODELS_ENV",
+           "recall_accuracy", "mean_loss", "held_out_recall"]
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,37 @@ def train_recipe(name, *, evaluate=None, every=None, lines=5, **changes):
     return params, config, history
 
 
+# The recipe's own code, and the core modules train_recipe calls into: what a model's
+# bits depend on in this package (model_key hashes them and nothing else of it).
+_RECIPE_CODE = (corpus_split, _chars_config, _config, _batches, train_recipe)
+_TRAINING_ROOTS = ("model.py", "text.py", "train.py")
+_CORE = pathlib.Path(__file__).resolve().parents[1]
+
+
+def training_modules(core=None):
+    """The core modules on the training path, relative to the package's folder:
+    ``_TRAINING_ROOTS`` and every module they import, transitively (read with ast).
+
+    >>> "optim.py" in training_modules() and "kvcache.py" not in training_modules()
+    True
+    """
+    core = _CORE if core is None else pathlib.Path(core)
+    found, todo = set(), [core / name for name in _TRAINING_ROOTS]
+    while todo:
+        path = todo.pop()
+        if path in found:
+            continue
+        found.add(path)
+        for node in ast.walk(ast.parse(path.read_bytes())):
+            if isinstance(node, ast.ImportFrom) and node.level:  # the core's own
+                parts = node.module.split(".") if node.module else []
+                base = path.parents[node.level - 1].joinpath(*parts)
+                candidates = [base.with_suffix(".py"),  # from .x import name
+                              *(base / f"{alias.name}.py" for alias in node.names)]
+                todo += [c for c in candidates if c.is_file() and c not in found]
+    return sorted(path.relative_to(core).as_posix() for path in found)
+
+
 MODELS_ENV = "ATTNCOURSE_MODELS"
 """The environment variable that names the folder :func:`trained_model` keeps
 models in."""
@@ -157,9 +190,11 @@ def _cpu_model(cpuinfo="/proc/cpuinfo"):
 def model_key(name):
     """A hex digest of everything the bits of ``train_recipe(name)`` depend on.
 
-    The recipe, the source of every module of this package, the versions of Python and
-    numpy, numpy's BLAS library, the BLAS thread settings and the processor: a change
-    to any of them gives another key.
+    The recipe (its settings and its code), the source of the core modules on the
+    training path (:func:`training_modules`), the versions of Python and numpy, numpy's
+    BLAS library, the BLAS thread settings and the processor: a change to any of them
+    gives another key. The rest of the package (the kit, the core modules training
+    does not import) is left out: editing it keeps the models.
 
     >>> model_key("chars") == model_key("chars") != model_key("recall")
     True
@@ -167,15 +202,16 @@ def model_key(name):
     if name not in RECIPES:
         raise ValueError(f"no recipe {name!r}; the recipes are {sorted(RECIPES)}")
     digest = hashlib.sha256()
-    package = pathlib.Path(__file__).resolve().parent
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
+    for module in training_modules():
+        digest.update(module.encode() + b"\0" + (_CORE / module).read_bytes() + b"\0")
+    for function in _RECIPE_CODE:
+        digest.update(inspect.getsource(function).encode() + b"\0")
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"].get("blas")
     except (TypeError, KeyError):  # numpy before 1.26 prints its config only
         blas = None
-    facts = [name, repr(RECIPES[name]), sys.version, np.__version__, repr(blas),
+    facts = [name, repr(RECIPES[name]), repr(RECALL_TASK), CORPUS_SENTENCES, HELD_OUT,
+             sys.version, np.__version__, repr(blas),
              platform.machine(), _cpu_model(),
              *(f"{v}={os.environ.get(v)}" for v in _BLAS_THREADS)]
     digest.update(json.dumps(facts).encode())
