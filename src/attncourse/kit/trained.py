@@ -29,6 +29,7 @@ import pathlib
 import platform
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -141,6 +142,7 @@ def train_recipe(name, *, evaluate=None, every=None, lines=5, **changes):
 _RECIPE_CODE = (corpus_split, _chars_config, _config, _batches, train_recipe)
 _TRAINING_ROOTS = ("model.py", "text.py", "train.py")
 _CORE = pathlib.Path(__file__).resolve().parents[1]
+_PARSING = threading.Lock()
 
 
 def training_modules(core=None):
@@ -157,7 +159,9 @@ def training_modules(core=None):
         if path in found:
             continue
         found.add(path)
-        for node in ast.walk(ast.parse(path.read_bytes())):
+        with _PARSING:  # ast.parse in two threads at once fails on CPython 3.11.7
+            tree = ast.parse(path.read_bytes())
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:  # the core's own
                 parts = node.module.split(".") if node.module else []
                 base = path.parents[node.level - 1].joinpath(*parts)
