@@ -217,3 +217,14 @@ def test_shaped_names_the_argument_the_expected_and_the_actual_shape(
 def test_shaped_refuses_a_malformed_spec():
     with pytest.raises(ValueError, match="not a shape spec"):
         shaped("X[T, D]", np.ones((2, 2)))
+
+
+def test_shaped_gives_the_same_verdicts_on_a_signature_seen_before():
+    X = np.ones((2, 3))
+    for _ in range(2):  # the second call meets a signature that passed
+        assert shaped("X(T, D) W(D, E)", X, np.ones((3, 4)))[0] is X
+        with pytest.raises(ValueError, match=r"^W must have shape \(D, E\) with D=3"):
+            shaped("X(T, D) W(D, E)", X, np.ones((4, 4)))
+        assert shaped("X(T, D)", [[1, 2]]).dtype == np.float64  # converted each time
+        with pytest.raises(ValueError, match=r"^ids must be an array of integers"):
+            shaped("ids(T):int", np.ones(3))

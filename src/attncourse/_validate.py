@@ -17,6 +17,7 @@ import numpy as np
 __all__ = ["shaped", "as_float_array", "as_ids", "require_sizes", "require_params",
            "as_params", "as_number", "as_float_like", "require_bool"]
 
+_PASSED = set()  # the signatures shaped has seen pass unconverted (see shaped)
 _ARRAY = re.compile(r"(\w+)\(([^)]*)\)(:int)?")
 
 
@@ -63,6 +64,12 @@ def shaped(spec, *arrays):
     ...
     ValueError: ids must be an array of integers (token ids), got dtype float64
     """
+    # The verdict depends only on the spec and the arrays' shapes and dtypes: float
+    # arrays whose signature passed before pass again, returned as they are.
+    signature = (spec, *((x.shape, x.dtype) if type(x) is np.ndarray else x.__class__
+                         for x in arrays))
+    if signature in _PASSED:
+        return arrays[0] if len(arrays) == 1 else arrays
     parsed = _parse(spec)
     if len(parsed) != len(arrays):
         raise ValueError(f"{spec!r} names {len(parsed)} arrays, got {len(arrays)}")
@@ -103,6 +110,8 @@ def shaped(spec, *arrays):
             raise ValueError(
                 f"leading batch dimensions do not broadcast: {listed}"
             ) from None
+    if all(x is y for x, y in zip(out, arrays)) and len(_PASSED) < 4096:
+        _PASSED.add(signature)  # nothing was converted: the same input passes as is
     return out[0] if len(out) == 1 else tuple(out)
 
 
