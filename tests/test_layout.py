@@ -90,3 +90,47 @@ def test_import_attncourse_loads_the_core_alone():
     assert [m for m in loaded if not m.startswith("attncourse")] == []
     assert [m for m in loaded if m.startswith("attncourse.kit")] == []
     assert len(loaded) == CORE_MODULES, loaded
+
+
+CHAPTERS = sorted((PACKAGE.parents[1] / "chapters").glob("*.ipynb"))
+
+
+def private_imports(source):
+    """The ``attncourse`` modules and names a cell's source imports that are private (a
+    part of the dotted path, or the name, starts with ``_``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # an IPython magic: no import of the package there
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "attncourse"):
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_")]
+            found += [node.module] * any(p.startswith("_")
+                                         for p in node.module.split("."))
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.startswith("attncourse")
+                      and any(p.startswith("_") for p in a.name.split("."))]
+    return found
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_chapters_import_public_names_only(chapter):
+    import json
+
+    cells = json.loads(chapter.read_text())["cells"]
+    found = [m for c in cells if c["cell_type"] == "code"
+             for m in private_imports("".join(c["source"]))]
+    assert found == []
+
+
+@pytest.mark.parametrize("source", [
+    "from attncourse.kit.faults._registry import table",
+    "from attncourse.kit.exercises import _base",
+    "import attncourse._validate",
+    "from attncourse.layers.head import _as_inputs",
+])
+def test_a_private_import_in_a_chapter_is_found(source):
+    assert private_imports(source)
