@@ -44,8 +44,12 @@ from ..layers.attention import (
     causal_attention,
     causal_attention_backward,
     causal_mask,
+    combine_masks,
+    key_padding_mask,
     key_valid_from_lengths,
 )
+from ..layers.head import project
+from ..layers.linear import matmul_backward
 from ..fast import fast_causal_attention, fast_causal_attention_backward
 from .._validate import require_sizes
 from ..tiled import (
@@ -157,13 +161,6 @@ def _qkv(rng, batch_q, batch_k, batch_v, T_q, T_k, d, r):
     K = rng.standard_normal((*batch_k, T_k, d))
     V = rng.standard_normal((*batch_v, T_k, r))
     return Q, K, V
-
-
-def _visible(T_q, T_k, key_valid=None):
-    visible = causal_mask(T_q, T_k)  # (T_q, T_k)
-    if key_valid is not None:
-        visible = visible & np.asarray(key_valid)[..., None, :]  # (..., T_q, T_k)
-    return visible
 
 
 def definition(Q, K, V, key_valid=None):
@@ -384,7 +381,9 @@ def assert_padded_case(impl, Q, K, V, G, key_valid):
                           "written to the padding" + where,
                           "mask the padded keys before the softmax")
     masked_backward = "use the masked weights (exact zeros) in the backward pass"
-    visible = _visible(A.shape[-2], A.shape[-1], key_valid)  # (B, T, T)
+    T_q, T_k = A.shape[-2:]
+    # (T_q, T_k) & (B, 1, T_k) -> (B, T_q, T_k)
+    visible = combine_masks(causal_mask(T_q, T_k), key_padding_mask(key_valid, T_k))
     empty = ~visible.any(axis=-1)  # (B, T): queries that see no key
     if np.any(A[empty] != 0) or np.any(O[empty] != 0):
         raise CheckFailed("padding", "a query that sees no key must get a zero row and "
@@ -450,15 +449,16 @@ def assert_prefix(impl, seed=4):
 
         def qkv(X):
             # (B, T, D) x (D, d) -> (B, T, d), and (D, r) -> (B, T, r) for the values
-            return X @ W_Q, X @ W_K, X @ W_V
+            return project(X, W_Q, W_K, W_V)
 
         def forward(X):
             return _attend(impl, "prefix interface", *qkv(X), kv(X))[0]
 
         def input_gradient(X, dY):
             dQ, dK, dV = _backward(impl, "prefix interface", *qkv(X), dY, kv(X))
-            # (B, T, d) x (d, D) -> (B, T, D), the three branches summed
-            return dQ @ W_Q.T + dK @ W_K.T + dV @ W_V.T
+            # dQ W_Q^T + dK W_K^T + dV W_V^T, (B, T, D): the three branches summed
+            return sum(matmul_backward(X, W, dM)[0]
+                       for W, dM in ((W_Q, dQ), (W_K, dK), (W_V, dV)))
 
         report = prefix_report(forward, X, X_other, input_gradient)
         if not report.passed:

@@ -4,9 +4,8 @@ import math
 
 import numpy as np
 
-from ...layers.attention import (attention_scores, causal_attention, causal_mask,
-                                 key_valid_from_lengths)
-from ...softmax import softmax
+from ...layers.attention import (causal_attention, causal_mask, combine_masks,
+                                 key_padding_mask, key_valid_from_lengths)
 from ..failed import CheckFailed
 from ..properties import assert_rows_sum_to_one
 from ._base import _array, _call, reports_unfinished
@@ -31,13 +30,14 @@ def _split(result, property):
     return _array(result[0], property), _array(result[1], property)
 
 
-def _reference_probabilities(query, key, scale=True):
-    """The package's probabilities (:func:`attncourse.causal_attention`); with
-    ``scale=False`` those of the scores ``query key^T`` without ``1/sqrt(d)`` (the
-    likely mistake), as the package gives them for the query times ``sqrt(d)``."""
+def _reference_probabilities(query, key, scale=True, query_offset=0):
+    """The package's probabilities (:func:`attncourse.causal_attention`), the queries
+    at ``query_offset``; with ``scale=False`` those of the scores ``query key^T``
+    without ``1/sqrt(d)`` (the likely mistake), as the package gives them for the query
+    times ``sqrt(d)``."""
     c = 1.0 if scale else math.sqrt(query.shape[-1])
     value = np.zeros(key.shape[:-1] + (1,))  # the probabilities do not depend on it
-    return causal_attention(query * c, key, value)[1]
+    return causal_attention(query * c, key, value, query_offset)[1]
 
 
 def _rows_sum_to_one(P):
@@ -270,10 +270,9 @@ def check_causal_attention(fn, seed=0):
 # --- Chapter 4: the attention mask ----------------------------------------------------
 
 def _expected_mask(T, key_valid):
-    """The reference answer: key j visible to query i iff j <= i and key j is real."""
-    i = np.arange(T)[:, None]
-    j = np.arange(T)[None, :]
-    return (j <= i) & key_valid[..., None, :]
+    """The reference answer, the package's masks combined: key j visible to query i iff
+    j <= i and key j is real."""
+    return combine_masks(causal_mask(T, T), key_padding_mask(key_valid, T))
 
 
 def _mask_cases(seed):
@@ -327,8 +326,7 @@ def check_attention_mask(mask_fn, seed=0):
                 f"{visible.shape}" + batch,
                 "return one boolean (T, T) mask per sequence: shape (B, T, T)",
             )
-        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
-        future = np.argwhere(visible & (j > i))
+        future = np.argwhere(visible & ~causal_mask(T, T))  # key j > query i
         if future.size:
             b, q, k = future[0]
             raise CheckFailed(
@@ -375,10 +373,8 @@ QUERY_OFFSET_PROPERTIES = (
 
 
 def _offset_probabilities(Q, K, shift):
-    """Softmax of the scores with query ``i`` reading keys ``0 .. shift + i``."""
-    T_q, T_k = Q.shape[-2], K.shape[-2]
-    visible = np.arange(T_k)[None, :] <= shift + np.arange(T_q)[:, None]  # (T_q, T_k)
-    return softmax(attention_scores(Q, K), visible)
+    """The package's probabilities with query ``i`` reading keys ``0 .. shift + i``."""
+    return _reference_probabilities(Q, K, query_offset=shift)
 
 
 def _offset_fix(Q, K, P, offset):

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ...layers.embedding import one_hot
+from ...layers.embedding import embedding_backward, embedding_forward
 from ..failed import CheckFailed
 from ._base import _array, _call, _sign_flipped, reports_unfinished
 
@@ -29,6 +29,7 @@ def check_one_hot(fn):
     negative one, which numpy indexing would silently read from the end of the
     vocabulary. Returns the names of the properties checked.
 
+    >>> from attncourse.layers.embedding import one_hot
     >>> check_one_hot(one_hot)
     ('shape', 'entries are 0 or 1', 'one 1 per vector', 'the 1 sits at the id',
      'rejects ids out of range')
@@ -97,6 +98,13 @@ def check_one_hot(fn):
 
 # --- Chapter 1: the backward pass of the lookup ---------------------------------------
 
+def _package_dE(dX, ids, n_vocab):
+    """The package's ``dE = onehot(ids)^T dX`` (:func:`embedding_backward`)."""
+    params = {"E": np.zeros((n_vocab, dX.shape[-1]))}
+    _, saved = embedding_forward(params, ids)
+    return embedding_backward(params, saved, dX)[0]["E"]
+
+
 @reports_unfinished
 def check_embedding_backward(fn):
     """Check a learner's ``fn(dX, ids, n_vocab) -> dE``; raise :class:`CheckFailed`
@@ -124,13 +132,13 @@ def check_embedding_backward(fn):
             "dE has one row per token of the vocabulary and the width of dX",
         )
     unused = [0, 2, 3, 5]
+    want = _package_dE(dX, ids, n_vocab)  # onehot(ids)^T dX, (n_vocab, D)
     if not np.all(dE[unused] == 0):
         raise CheckFailed(
             "unused tokens get zero rows",
             f"rows {unused} should be exactly 0",
             "start from np.zeros((n_vocab, D)) and add only at the ids",
         )
-    want = one_hot(ids, n_vocab).T @ dX  # (n_vocab, 5) x (5, D) -> (n_vocab, D)
     if _sign_flipped(dE, want):
         raise CheckFailed(
             "a token seen once gets its gradient row",
@@ -158,8 +166,7 @@ def check_embedding_backward(fn):
         ),
         "batched ids: equals onehot(ids)^T dX",
     )
-    # (n_vocab, 6) x (6, D)
-    want2 = one_hot(ids2, n_vocab).reshape(-1, n_vocab).T @ dX2.reshape(-1, D)
+    want2 = _package_dE(dX2, ids2, n_vocab)  # summed over all 6 positions
     if dE2.shape != want2.shape or not np.allclose(dE2, want2, rtol=1e-12, atol=1e-12):
         raise CheckFailed(
             "batched ids: equals onehot(ids)^T dX",

@@ -4,8 +4,10 @@ import math
 
 import numpy as np
 
-from ...layers.attention import attention_scores
-from ...softmax import softmax
+from ...layers.attention import AttentionSaved, attention_backward
+from ...layers.head import head_backward, head_forward, project
+from ...layers.linear import matmul_backward
+from ...softmax import softmax_backward
 from ..failed import CheckFailed
 from ..gradients import TOLERANCE
 from ._base import _array, _call, reports_unfinished
@@ -48,31 +50,32 @@ def _head_case(seed):
 
 
 def _head_reference(X, W_Q, W_K, W_V, G):
-    """Every intermediate of the head's backward pass, and some tempting wrong
-    versions."""
-    from ...softmax import softmax_backward
-
-    Q, K, V = X @ W_Q, X @ W_K, X @ W_V  # (T, D) x (D, d or r)
-    A = softmax(attention_scores(Q, K))  # (T, T)
-    s = math.sqrt(Q.shape[-1])
+    """Every intermediate of the head's backward pass, from the core's layers
+    (:func:`~attncourse.layers.head.head_forward`, ``head_backward``,
+    :func:`~attncourse.layers.attention.attention_backward`), for recognising the
+    tempting wrong versions."""
+    params = {"W_Q": W_Q, "W_K": W_K, "W_V": W_V}
+    _, saved = head_forward(params, X)
+    Q, K, V, A = (saved[name] for name in "QKVA")
+    dQ, dK, dV = attention_backward(AttentionSaved(Q, K, V, A), G)
+    dparams, _ = head_backward(params, saved, G)
     dA = G @ V.T  # (T, r) x (r, T) -> (T, T)
-    dS = softmax_backward(A, dA)
     g = {
         "Q": Q,
         "K": K,
         "V": V,
         "A": A,
         "G": G,
-        "dS": dS,
-        "dV": A.T @ G,
-        "dQ": dS @ K / s,
-        "dK": dS.T @ Q / s,
+        "dS": softmax_backward(A, dA),  # (T, T), for dK without the transpose
+        "dV": dV,
+        "dQ": dQ,
+        "dK": dK,
+        **{"d" + name: dW for name, dW in dparams.items()},
     }
-    g["dW_Q"], g["dW_K"], g["dW_V"] = X.T @ g["dQ"], X.T @ g["dK"], X.T @ g["dV"]
-    g["branches"] = {
-        "query": g["dQ"] @ W_Q.T,
-        "key": g["dK"] @ W_K.T,
-        "value": g["dV"] @ W_V.T,
+    g["branches"] = {  # dQ W_Q^T, dK W_K^T, dV W_V^T, each (T, D)
+        label: matmul_backward(X, W, g["d" + letter])[0]
+        for label, letter, W in (("query", "Q", W_Q), ("key", "K", W_K),
+                                 ("value", "V", W_V))
     }
     return g
 
@@ -175,8 +178,7 @@ def check_head_backward(fn, seed=0):
         return float(np.sum(G * attention_forward(Q, K, V)[0]))
 
     def J_head(X, W_Q, W_K, W_V):
-        Q, K, V = X @ W_Q, X @ W_K, X @ W_V  # (T, D) x (D, d or r)
-        return J_qkv(Q, K, V)
+        return J_qkv(*project(X, W_Q, W_K, W_V))
 
     qkv = {"Q": ref["Q"], "K": ref["K"], "V": ref["V"]}
     head = {"X": X, "W_Q": W_Q, "W_K": W_K, "W_V": W_V}

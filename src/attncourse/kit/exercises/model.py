@@ -71,6 +71,10 @@ def check_parameter_count(fn):
         changed = dataclasses.replace(base, **change)
         return count(property, changed) - count(property, base)
 
+    def should_grow(change):  # what the package's count grows by
+        changed = dataclasses.replace(base, **change)
+        return model_parameter_count(changed) - model_parameter_count(base)
+
     count("a whole number", base)
     step = grows("the position table", {"T_max": base.T_max + 1})
     if step != D:
@@ -112,7 +116,7 @@ def check_parameter_count(fn):
                 "W_Q, W_K, W_V are (D, H d) and W_O (H r, D) with H d = H r = D: "
                 "count D x D for each, whatever the number of heads",
             )
-    block = 4 * D * D + (2 * F * D + F + D) + 4 * D
+    block = should_grow({"layers": L + 1})  # 4 D^2 + (2 F D + F + D) + 4 D
     step = grows("one block", {"layers": L + 1})
     if step != block:
         missing = {
@@ -131,10 +135,11 @@ def check_parameter_count(fn):
             fix,
         )
     step = grows("the MLP width", {"ratio": base.ratio + 1})
-    if step != L * (2 * D * D + D):
+    mlp = should_grow({"ratio": base.ratio + 1})  # L (2 D^2 + D)
+    if step != mlp:
         raise CheckFailed(
             "the MLP width",
-            f"ratio 4 -> 5 grew by {step}, not L (2 D^2 + D) = {L * (2 * D * D + D)}",
+            f"ratio 4 -> 5 grew by {step}, not L (2 D^2 + D) = {mlp}",
             "the MLP is D -> F -> D with F = ratio D: use config.ratio",
         )
     want, got = model_parameter_count(base), count("the total", base)

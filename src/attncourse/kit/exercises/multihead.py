@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ...layers.multihead import merge_heads, split_heads
 from ..failed import CheckFailed
 from ._base import _array, _call, reports_unfinished
 
@@ -16,12 +17,6 @@ SPLIT_MERGE_PROPERTIES = (
 )
 
 
-def _split_by_slices(Y, H):
-    """The definition: head h of position t is ``Y[..., t, h w : (h+1) w]``."""
-    w = Y.shape[-1] // H
-    return np.stack([Y[..., h * w : (h + 1) * w] for h in range(H)], axis=-3)
-
-
 @reports_unfinished
 def check_split_merge(split_fn, merge_fn):
     """Check a learner's ``split_fn(Y, heads)`` and ``merge_fn(O)`` for multi-head
@@ -31,7 +26,8 @@ def check_split_merge(split_fn, merge_fn):
     columns ``h w .. (h+1) w - 1`` of every position; ``merge_fn`` is its inverse,
     ``(..., H, T, w) -> (..., T, H w)``. Each is the other's backward pass. Both are
     tried with a batch axis and without one, on unequal sizes (``B=2, T=5, H=3, w=4``),
-    and compared with the definition by explicit column slices. Returns the names of the
+    and compared with the package's :func:`~attncourse.layers.multihead.split_heads`
+    and :func:`~attncourse.layers.multihead.merge_heads`. Returns the names of the
     properties checked.
 
     >>> from attncourse.layers.multihead import merge_heads, split_heads
@@ -46,7 +42,7 @@ def check_split_merge(split_fn, merge_fn):
         "across positions"
     )
     for Y in (rng.standard_normal((B, T, H * w)), rng.standard_normal((T, H * w))):
-        want = _split_by_slices(Y, H)
+        want = split_heads(Y, H)  # head h of position t: Y[..., t, h w : (h+1) w]
         got = _array(
             _call(split_fn, "split: shape", Y.copy(), H), "split: shape", float
         )
@@ -72,7 +68,7 @@ def check_split_merge(split_fn, merge_fn):
                 fix,
             )
     for O in (rng.standard_normal((B, H, T, w)), rng.standard_normal((H, T, w))):
-        want = np.concatenate([O[..., h, :, :] for h in range(H)], axis=-1)
+        want = merge_heads(O)  # head h of position t: columns h w .. (h+1) w - 1
         got = _array(_call(merge_fn, "merge: shape", O.copy()), "merge: shape", float)
         if got.shape != want.shape:
             raise CheckFailed(

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from ...optim import adamw_step
+from ...optim import adamw_step, global_norm
 from ..failed import CheckFailed
 from ._base import _array, reports_unfinished
 
@@ -274,7 +274,8 @@ def check_adamw_step(fn, seed=0):
             "v_hat) + eps)",
         )
     shift = {"W": p3["W"] - r3["W"]}
-    want = {"W": -0.1 * 0.5 * r2["W"]}
+    # the package's decayed step minus its undecayed one: -lr wd W
+    want = {"W": adamw_step(r2, g3, t2, **decayed)[0]["W"] - r3["W"]}
     if not _close(shift, want):
         raise CheckFailed(
             prop,
@@ -336,8 +337,10 @@ def _same_nesting(a, b):
     return set(fa) == set(fb) and all(np.array_equal(fa[k], fb[k]) for k in fa)
 
 
-def _sum_of_squares(flat):
-    return sum(float(np.sum(np.square(a))) for a in flat.values())
+def _norm_of(flat):
+    """The package's :func:`~attncourse.optim.global_norm` of the arrays of a flat
+    dict."""
+    return global_norm(list(flat.values()))
 
 
 def _clip_call(fn, property, grads, max_norm):
@@ -403,12 +406,12 @@ def _norm_hint(got, flat, norm, max_norm):
     first = next(iter(flat))
     causes = (
         (
-            math.sqrt(_sum_of_squares({first: flat[first]})),
+            global_norm(flat[first]),
             f"the norm of the first array, {first!r}, only",
         ),
         (norm**2, "the sum of squares, without the square root"),
         (
-            sum(math.sqrt(_sum_of_squares({p: a})) for p, a in flat.items()),
+            sum(global_norm(a) for a in flat.values()),
             "the sum of the arrays' own norms",
         ),
         (max_norm, "the norm after clipping"),
@@ -456,7 +459,7 @@ def check_clip_by_global_norm(fn, seed=0):
 
     grads = _clip_case(seed)
     flat = {p: np.asarray(a, np.float64) for p, a in flatten_params(grads).items()}
-    norm = math.sqrt(_sum_of_squares(flat))
+    norm = global_norm(grads)
     results = {}
     for case, max_norm in (("large", norm / 4), ("small", 2 * norm)):
         results[case] = (max_norm,) + _clip_call(
@@ -494,10 +497,10 @@ def check_clip_by_global_norm(fn, seed=0):
         elif c <= 0 and gap <= 1e-9 * abs(c) * peak:
             detail = "clipped points against grads (a negative factor)"
         else:
-            own = [math.sqrt(_sum_of_squares({p: out[p]})) for p in flat]
+            own = [global_norm(out[p]) for p in flat]
             kept = [
-                min(math.sqrt(_sum_of_squares({p: a})), max_norm)
-                for p, a in flat.items()
+                min(global_norm(a), max_norm)
+                for a in flat.values()
             ]
             detail = (
                 "the arrays are scaled by different factors, not one multiple of grads"
@@ -506,7 +509,7 @@ def check_clip_by_global_norm(fn, seed=0):
                 detail += ": each array was clipped to its own norm"
         raise CheckFailed(prop, f"with max_norm={max_norm:.4g}: {detail}", fix)
     max_norm, out, _, _ = results["large"]
-    clipped = math.sqrt(_sum_of_squares(out))
+    clipped = _norm_of(out)
     if not math.isclose(clipped, max_norm, rel_tol=1e-6):
         raise CheckFailed(
             "clipped norm equals max_norm",
@@ -517,7 +520,7 @@ def check_clip_by_global_norm(fn, seed=0):
         )
     max_norm, out, _, _ = results["small"]
     if not all(np.allclose(out[p], flat[p], rtol=1e-12, atol=0) for p in flat):
-        scale = math.sqrt(_sum_of_squares(out)) / norm
+        scale = _norm_of(out) / norm
         raise CheckFailed(
             "small gradients unchanged",
             f"grads of norm {norm:.4g}, "

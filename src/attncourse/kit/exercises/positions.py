@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ...layers.positions import positions_backward, positions_forward
 from ..failed import CheckFailed
 from ._base import _array, _call, reports_unfinished
 
@@ -37,6 +38,14 @@ def _positions_result(fn, prop, dY, T_max):
     return dP, dX
 
 
+def _package_dP(dY, T_max):
+    """The package's ``dP`` (:func:`positions_backward`): rows ``0 .. T-1`` are ``dY``
+    summed over every batch axis, the others zero."""
+    params = {"P": np.zeros((T_max, dY.shape[-1]))}
+    _, saved = positions_forward(params, np.zeros_like(dY))
+    return positions_backward(params, saved, dY)[0]["P"]
+
+
 @reports_unfinished
 def check_positions_backward(fn):
     """Check a learner's ``fn(dY, T_max) -> (dP, dX)`` for ``Y = X + P[:T]``.
@@ -62,7 +71,7 @@ def check_positions_backward(fn):
     dY = rng.standard_normal((B, T, D))
     dP, dX = _positions_result(fn, "returns (dP, dX)", dY, T_max)
     prop = "rows 0..T-1: summed over the batch"
-    want = dY.sum(axis=0)
+    want = _package_dP(dY, T_max)[:T]  # dY summed over the batch
     if not np.allclose(dP[:T], want, rtol=1e-12, atol=1e-12):
         close = lambda a: np.allclose(dP[:T], a, rtol=1e-12, atol=1e-12)
         if close(dY[-1]) or close(dY[0]):
@@ -97,7 +106,7 @@ def check_positions_backward(fn):
     for shape in ((T, D), (2, 3, T, D)):
         dY2 = rng.standard_normal(shape)
         dP2, _ = _positions_result(fn, prop, dY2, T_max)
-        want2 = dY2.reshape(-1, T, D).sum(axis=0)
+        want2 = _package_dP(dY2, T_max)[:T]
         if not np.allclose(dP2[:T], want2, rtol=1e-12, atol=1e-12) or np.any(
             dP2[T:] != 0
         ):

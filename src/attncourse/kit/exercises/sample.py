@@ -188,12 +188,14 @@ def _top_p_kept(fn, logits, p):
     return P
 
 
-def _describe_cut(kept, expected, softmax_row, p):
+def _describe_cut(kept, expected, logits_row, p):
     """Say how the kept set differs from the smallest prefix reaching ``p``."""
+    from ...sample import probabilities
+
+    softmax_row = probabilities(logits_row)
     mass, want = float(softmax_row[kept].sum()), int(expected.sum())
-    order = np.argsort(-softmax_row, kind="stable")
-    prefix = np.zeros_like(kept)
-    prefix[order[: kept.sum()]] = True
+    # the package's ranking: the kept set of top-k with k = the number kept
+    prefix = probabilities(logits_row, top_k=int(kept.sum())) > 0
     if not np.array_equal(kept, prefix):
         return (
             f"keeps tokens {np.flatnonzero(kept).tolist()}, which are not the "
@@ -248,11 +250,10 @@ before the one whose running sum reaches p, and that one too: the first is alway
     for z, p in cases:
         P = _top_p_kept(fn, z, p)
         expected = probabilities(z, top_p=p)
-        soft = probabilities(z)
         for row in range(z.shape[0]):
             kept = P[row] != 0
             if not np.array_equal(kept, expected[row] > 0):
-                detail, fix = _describe_cut(kept, expected[row] > 0, soft[row], p)
+                detail, fix = _describe_cut(kept, expected[row] > 0, z[row], p)
                 raise CheckFailed(
                     "smallest prefix reaching p", f"p={p}: row {row} {detail}", fix
                 )

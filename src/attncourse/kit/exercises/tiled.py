@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ...tiled import empty_state, tile_state
 from ..failed import CheckFailed
 from ._base import _array, _call, reports_unfinished
 
@@ -26,11 +27,9 @@ MERGE_STATES_PROPERTIES = (
 
 
 def _state_of(S, V):
-    """The state ``(m, l, o)`` of rows with scores ``S (n, k)`` and values
-    ``V (k, r)``."""
-    m = S.max(axis=-1)
-    P = np.exp(S - m[:, None])
-    return m, P.sum(axis=-1), P @ V  # (n, k) x (k, r) -> (n, r)
+    """The package's state ``(m, l, o)`` (:func:`attncourse.tiled.tile_state`) of rows
+    with scores ``S (n, k)`` and values ``V (k, r)``, as a tuple of fresh arrays."""
+    return tuple(np.array(x) for x in tile_state(S, V))
 
 
 def _merged(fn, property, a, b):
@@ -140,7 +139,7 @@ and o alike)
         ab,
         "treat both parts alike: no part is special",
     )
-    empty = (np.full(4, -np.inf), np.zeros(4), np.zeros((4, 3)))
+    empty = tuple(empty_state((4,), 3))  # m = -inf, l = 0, o = 0
     with np.errstate(all="ignore"):
         both = _merged(fn, "empty rows stay empty", empty, empty)
         one = _merged(fn, "empty rows stay empty", empty, a)
