@@ -4,7 +4,8 @@ For every chapter page of the built book, counts
 
 - **visible code lines**: lines of code-cell input a reader sees without opening a fold
   (inputs inside a collapsed ``<details>`` — myst-nb's ``hide-input``/``hide-cell``, a
-  dropdown — are folded, as are removed cells); code quoted in the prose counts too;
+  dropdown — or a folded solution are folded, as are removed cells); code quoted in
+  the prose counts too;
 - **prose paragraphs** outside folds, and among them those **about checking** (a
   paragraph that mentions a check, a fault, a witness, a planted mistake, finite
   differences, an assertion, a tolerance or a conformance test);
@@ -30,8 +31,10 @@ CHECKING = re.compile(
 
 
 def folded(tag):
-    """Is ``tag`` inside a fold a reader must open (a closed ``<details>``)?"""
-    return any(p.name == "details" and not p.has_attr("open") for p in tag.parents)
+    """Is ``tag`` inside a fold a reader must open: a closed ``<details>``, or a
+    dropdown admonition (a solution, which sphinx-exercise folds with a toggle)?"""
+    return any((p.name == "details" and not p.has_attr("open"))
+               or "dropdown" in (p.get("class") or []) for p in tag.parents)
 
 
 def chapter_counts(html):
