@@ -59,7 +59,7 @@ def test_the_core_never_imports_the_kit(path):
     "import attncourse.kit.faults",
     "from attncourse import kit",
 ])
-def test_a_kit_import_in_the_core_is_found(tmp_path, source):
+def test_a_kit_import_in_the_core_is_found(source):
     planted = PACKAGE / "layers" / "planted.py"  # named as a core module, never written
     found = [m for m in imported_modules(source, module_name(planted), False)
              if m.startswith("attncourse.kit")]

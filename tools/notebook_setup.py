@@ -7,7 +7,7 @@
 A notebook opened in Colab (or downloaded on its own) runs in a kernel without the
 course package. Its first code cell therefore installs ``attncourse`` from the
 repository when ``import attncourse`` would fail, and does nothing where it is installed
-(a clone set up as the README says, Binder, nbval, the book's build). The repository's
+(a clone set up with ./course, Binder, nbval, the book's build). The repository's
 address and branch are written once, in ``_config.yml``; the package's name and extras
 come from ``pyproject.toml``. A notebook cannot read ``_config.yml`` on Colab, so the
 cell carries a copy, written by this script and checked against ``_config.yml`` by
@@ -44,7 +44,7 @@ EXTRAS = ("symbolic", "plots")  # what the chapters import: sympy and matplotlib
 
 TEMPLATE = """\
 # Colab or Binder: install the course package if this kernel lacks it. In a clone set
-# up as the README says, attncourse is installed and this cell does nothing.
+# up with ./course, attncourse is installed and this cell does nothing.
 import importlib.util
 import subprocess
 import sys
