@@ -1,11 +1,11 @@
 """What a reader sees of each chapter: ``python tools/lesson_share.py [_build/html]``.
 
-For every chapter page of the built book, counts
+For every chapter page of the built book (or the one page given), counts
 
 - **visible code lines**: lines of code-cell input a reader sees without opening a fold
   (inputs inside a collapsed ``<details>`` — myst-nb's ``hide-input``/``hide-cell``, a
   dropdown — or a folded solution are folded, as are removed cells); code quoted in
-  the prose counts too;
+  the prose and the package's source a cell displays (``kit.source``) count too;
 - **prose paragraphs** outside folds, and among them those **about checking** (a
   paragraph that mentions a check, a fault, a witness, a planted mistake, finite
   differences, an assertion, a tolerance or a conformance test);
@@ -43,9 +43,13 @@ def chapter_counts(html):
     inputs = main.select("div.cell_input")
     code = sum(len(i.get_text().strip("\n").splitlines())
                for i in inputs if not folded(i))
+    # code quoted in the prose, and the package's source a cell displays (kit.source)
     quoted = sum(len(b.get_text().strip("\n").splitlines())
                  for b in main.select("div.highlight")
-                 if not b.find_parent("div", class_="cell") and not folded(b))
+                 if (not b.find_parent("div", class_="cell")
+                     or (b.find_parent("div", class_="cell_output")
+                         and "highlight-python" in (b.parent.get("class") or [])))
+                 and not folded(b))
     paragraphs = [p.get_text(" ", strip=True) for p in main.find_all("p")
                   if not folded(p) and not p.find_parent("div", class_="cell_output")
                   and not p.find_parent("div", class_="solution")]
@@ -63,7 +67,9 @@ def main(argv=None):
     parser.add_argument("--max-code", type=int)
     parser.add_argument("--max-check", type=float)
     args = parser.parse_args(argv)
-    pages = sorted((args.html / "chapters").glob("*.html"))
+    # the whole book, or one page built alone (jupyter-book build chapters/NN.ipynb)
+    pages = ([args.html] if args.html.is_file()
+             else sorted((args.html / "chapters").glob("*.html")))
     if not pages:
         parser.error(f"no chapter pages under {args.html}/chapters: build the book")
     over = False

@@ -12,6 +12,7 @@ learner checkers.
   per subject;
 - :mod:`~attncourse.kit.sampling`: do many draws come from a stated distribution;
 - :mod:`~attncourse.kit.kvcache`: incremental decoding equals full recomputation;
+- :mod:`~attncourse.kit.source`: the package's own code shown on the page;
 - :mod:`~attncourse.kit.failed`: :class:`CheckFailed`, raised by every check.
 """
 
@@ -54,6 +55,7 @@ from .exercises import (
 )
 from .exercises import check_top_k, check_top_p
 from .exercises import check_clip_by_global_norm
+from .source import source
 from .sampling import DrawsReport, assert_draws_match, frequency_bound
 
 __all__ = [
@@ -92,4 +94,5 @@ __all__ = [
     "DrawsReport",
     "assert_draws_match",
     "frequency_bound",
+    "source",
 ]
