@@ -400,12 +400,15 @@ def _require_jupyterlab():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A copy of the chapters (the server writes checkpoints and trust data next to
-    them)."""
+    """A working copy as ``./course lab`` makes it: the chapters, with the notation
+    and glossary beside them (the server writes checkpoints and trust data there)."""
     folder = tmp_path_factory.mktemp("learner")
     shutil.copytree(ROOT / "chapters", folder / "chapters",
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__",
                                                   "_build"))
+    (folder / "book").mkdir()
+    for page in ("notation.md", "glossary.md"):
+        shutil.copy(ROOT / "book" / page, folder / "book" / page)
     return folder
 
 

@@ -206,6 +206,11 @@ def stand_ins(tmp_path):
     for name in STAND_INS:
         (programs / name).write_text('#!/bin/sh\necho "${0##*/} $*" >> "$LOG"\n')
         (programs / name).chmod(0o755)
+    # what ./course lab copies into the working copy
+    for name in ("chapters/01_a.ipynb", "book/notation.md", "book/glossary.md",
+                 "benchmarks/results/a.csv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"{name}, as committed\n")
     return tmp_path
 
 
@@ -235,13 +240,37 @@ def test_each_job_of_the_course_script_runs_after_the_install(stand_ins):
     assert test[1] == "ruff check" and test[2].startswith("python -m pytest ")
     done, lab = run_course(stand_ins, "lab")
     assert done.returncode == 0, done.stderr
-    assert lab == [install, *as_logged("lab")]
+    assert lab == [install, "jupyter lab --ServerApp.root_dir=workspace"]
     # fault control: a script whose dispatch forgets the set-up runs the job alone
     source = (ROOT / "course").read_text()
     assert source.count("        setup\n") == 1
     done, book = run_course(stand_ins, "book",
                             script=source.replace("        setup\n", ""))
     assert done.returncode == 0 and book == as_logged("book"), done.stderr
+
+
+def test_the_lab_opens_a_working_copy_that_keeps_the_learners_answers(stand_ins):
+    done, _ = run_course(stand_ins, "lab")
+    assert done.returncode == 0, done.stderr
+    work = stand_ins / "workspace"
+    for name in ("chapters/01_a.ipynb", "book/notation.md", "book/glossary.md",
+                 "benchmarks/results/a.csv"):
+        assert (work / name).read_text() == f"{name}, as committed\n", name
+    # the learner answers in the copy; the committed chapter and notation change
+    (work / "chapters/01_a.ipynb").write_text("my answer\n")
+    (stand_ins / "chapters/01_a.ipynb").write_text("a newer chapter\n")
+    (stand_ins / "book/notation.md").write_text("newer notation\n")
+    done, lab = run_course(stand_ins, "lab", "--port=9")
+    assert done.returncode == 0, done.stderr
+    assert (work / "chapters/01_a.ipynb").read_text() == "my answer\n"
+    assert (work / "book/notation.md").read_text() == "newer notation\n"
+    assert (stand_ins / "chapters/01_a.ipynb").read_text() == "a newer chapter\n"
+    assert lab[-1] == "jupyter lab --ServerApp.root_dir=workspace --port=9"
+    # $COURSE_WORKSPACE names another folder
+    done, lab = run_course(stand_ins, "lab", COURSE_WORKSPACE=str(stand_ins / "mine"))
+    assert done.returncode == 0, done.stderr
+    assert (stand_ins / "mine/chapters/01_a.ipynb").is_file()
+    assert lab[-1] == f"jupyter lab --ServerApp.root_dir={stand_ins / 'mine'}"
 
 
 def test_the_course_script_without_a_job_prints_its_usage_and_runs_nothing(stand_ins):
@@ -318,3 +347,18 @@ def test_actionlint_rejects_a_broken_workflow(tmp_path, right, wrong, kind):
     broken.write_text(text.replace(right, wrong, 1))
     findings = actionlint(broken)
     assert findings and all(f.endswith(f"[{kind}]") for f in findings), findings
+
+
+def learner_recipe(path):
+    """The learner's set-up recipe in ``path``: from "You need Python" to the end of
+    the paragraph after the ``./course lab`` block."""
+    text = path.read_text()
+    start = text.index("You need Python 3.11 or newer, `git` and a shell.")
+    after = text.index("./course lab\n```\n", start) + len("./course lab\n```\n")
+    return text[start:text.index("\n\n", after + 1)]
+
+
+def test_the_readme_and_the_book_give_the_learner_one_recipe():
+    readme, intro = ROOT / "README.md", ROOT / "book" / "intro.md"
+    assert learner_recipe(readme) == learner_recipe(intro)
+    assert "workspace/" in learner_recipe(readme)

@@ -11,6 +11,8 @@ import inspect
 import pathlib
 import textwrap
 
+__all__ = ["source"]
+
 _ROOT = pathlib.Path(__file__).resolve().parents[1]  # src/attncourse
 
 
