@@ -126,16 +126,28 @@ def test_a_model_is_trained_once_and_read_back_bit_for_bit(stub_training, tmp_pa
     assert stub_training == ["recall", "chars"]
 
 
-def test_the_folder_comes_from_the_environment_and_none_means_train(
+def test_the_folder_comes_from_the_environment_else_the_users_cache(
         stub_training, tmp_path, monkeypatch):
     monkeypatch.setenv(trained.MODELS_ENV, str(tmp_path / "models"))
     trained.trained_model("recall")
     trained.trained_model("recall")
     assert stub_training == ["recall"] and (tmp_path / "models").is_dir()
+    # unset: the user's cache, once per machine
     monkeypatch.delenv(trained.MODELS_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert trained.user_models() == tmp_path / "cache" / "attncourse" / "models"
     trained.trained_model("recall")
     trained.trained_model("recall")
-    assert stub_training == ["recall"] * 3
+    assert stub_training == ["recall"] * 2
+    assert list(trained.user_models().glob("recall-*.npz"))
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert trained.user_models() == tmp_path / "home/.cache/attncourse/models"
+    # empty: keep nothing, train every time
+    monkeypatch.setenv(trained.MODELS_ENV, "")
+    trained.trained_model("recall")
+    trained.trained_model("recall")
+    assert stub_training == ["recall"] * 4
 
 
 def test_what_the_bits_depend_on_changes_the_key(stub_training, tmp_path, monkeypatch):

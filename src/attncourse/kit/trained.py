@@ -5,9 +5,10 @@ chapter gets them from the same recipe rather than from a file shipped with the 
 training is deterministic on a given machine, so the chapter gets the same model Chapter
 7 showed, and no stored checkpoint can go stale or depend on the machine's arithmetic
 (the last bits of a float32 matrix product depend on the BLAS library and its thread
-count). :func:`trained_model` trains a recipe once per machine when the environment
-variable ``ATTNCOURSE_MODELS`` names a folder: it keeps the result there under a key of
-everything those bits depend on, and a later call with the same key reads them back.
+count). :func:`trained_model` trains a recipe once per machine: it keeps the result in
+the folder ``$ATTNCOURSE_MODELS`` names (unset: the user's cache, :func:`user_models`)
+under a key of everything those bits depend on, and a later call with the same key reads
+them back.
 
 - ``"recall"``: the associative-recall model (:class:`attncourse.text.RecallTask`);
 - ``"chars"``: a character model of the course corpus
@@ -41,7 +42,7 @@ from ..train import as_dtype, train
 
 __all__ = ["Recipe", "RECIPES", "recall_task", "corpus_split", "train_recipe",
            "trained_model", "model_key", "training_modules", "MODELS_ENV",
-           "recall_accuracy", "mean_loss", "held_out_recall"]
+           "user_models", "recall_accuracy", "mean_loss", "held_out_recall"]
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,15 @@ def training_modules(core=None):
 
 MODELS_ENV = "ATTNCOURSE_MODELS"
 """The environment variable that names the folder :func:`trained_model` keeps
-models in."""
+models in (unset: :func:`user_models`; empty: keep none, train every time)."""
+
+
+def user_models():
+    """The folder a learner's models are kept in when ``$ATTNCOURSE_MODELS`` is unset:
+    ``attncourse/models`` in the user's cache (``$XDG_CACHE_HOME``, else
+    ``~/.cache``)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache"
+    return pathlib.Path(cache) / "attncourse" / "models"
 
 _HISTORY = ("step", "loss", "lr", "grad_norm", "seconds", "cpu_seconds")
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -276,13 +285,15 @@ def trained_model(name, *, folder=None):
     """Return ``params, config, history`` of ``train_recipe(name, lines=0)``, trained
     once per machine.
 
-    ``folder`` (by default the one ``$ATTNCOURSE_MODELS`` names; None: train every
-    time) keeps each model under :func:`model_key`. A model kept there with the current
+    ``folder`` (by default the one ``$ATTNCOURSE_MODELS`` names, or
+    :func:`user_models` when it is unset; ``""``: train every time) keeps each model
+    under :func:`model_key`. A model kept there with the current
     key is read back instead of trained: the same bits, and the history of the run
     that trained it (its ``"seconds"`` included). Anything else found there is
     ignored, and the model trained again.
     """
-    folder = os.environ.get(MODELS_ENV) if folder is None else folder
+    if folder is None:
+        folder = os.environ.get(MODELS_ENV, user_models())
     if not folder:
         return train_recipe(name, lines=0)
     folder = pathlib.Path(folder)
