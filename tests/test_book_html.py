@@ -113,7 +113,9 @@ def launch_problems(page_html, rel, config):
         "repository button": repo["url"],
         "Binder link": f"{launch['binderhub_url']}/v2/gh/{slug}/{branch}"
         f"?urlpath=lab/tree/{notebook}",
-        "Colab link": f"{launch['colab_url']}/github/{slug}/blob/{branch}/{notebook}",
+        # the Colab button opens the rendition tools/colab.py writes
+        "Colab link": f"{launch['colab_url']}/github/{slug}/blob/{branch}/"
+        f"{notebook.replace('chapters/', 'colab/', 1)}",
         "download button": "../" * rel.count("/") + f"_sources/{notebook}",
     }
     return [

@@ -65,6 +65,7 @@ def start_build(tmp_path, cell=GOOD_CELL, intro=INTRO, cached=None):
     (tmp_path / "book").mkdir()
     shutil.copy(ROOT / "book" / "references.bib", tmp_path / "book" / "references.bib")
     shutil.copytree(ROOT / "book" / "_static", tmp_path / "book" / "_static")
+    shutil.copytree(ROOT / "book" / "_ext", tmp_path / "book" / "_ext")
     (tmp_path / "_toc.yml").write_text(
         "format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n"
     )

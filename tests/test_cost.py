@@ -149,3 +149,50 @@ def test_attention_flops_grow_linearly_with_T_per_token():
 def test_counting_rejects_bad_input(call, message):
     with pytest.raises(ValueError, match=message):
         call(ModelConfig(**CONFIGS[0]))
+
+
+@pytest.mark.parametrize("sizes", CONFIGS)
+def test_a_counted_decode_step_costs_one_position_against_t_plus_one_keys(sizes):
+    from attncourse.kit.cost import counted_decode_flops
+    from attncourse.kvcache import decode_step, prefill
+
+    config = ModelConfig(**sizes)
+    params = init_model(config, seed=3)
+    ids = np.random.default_rng(3).integers(0, config.n_vocab, size=(2, config.T_max))
+    _, cache = prefill(params, ids[:, :2], config=config)
+    for t in range(2, config.T_max):  # the step at position t reads t + 1 keys
+        logits, longer, flops = counted_decode_flops(params, cache, ids[:, t],
+                                                     config=config)
+        want_logits, want_cache = decode_step(params, cache, ids[:, t], config=config)
+        assert np.array_equal(logits, want_logits)  # the step itself, unchanged
+        assert longer.position == want_cache.position == t + 1
+        assert flops == model_flops_per_token(config, T=t + 1)._replace(
+            matmul=model_flops_per_token(config, T=1).matmul)
+        cache = longer
+
+
+def test_counted_decode_flops_reads_the_step_not_the_cache():
+    # fault control: a step whose attention reads only the new key (query_offset left
+    # at 0 reads key 0; here the past is dropped) is counted as what it computed
+    from attncourse import kvcache
+    from attncourse.kit.cost import counted_decode_flops
+
+    config = ModelConfig(**CONFIGS[2])
+    params = init_model(config, seed=4)
+    _, cache = kvcache.prefill(params, np.array([1, 2, 3, 4]), config=config)
+    original = kvcache.block_forward
+
+    def forgetful(*args, past=None, **kwargs):  # attends to the new position only
+        return original(*args, past=None, **kwargs | {"query_offset": 0})
+
+    kvcache.block_forward = forgetful
+    try:
+        with pytest.raises(ValueError):  # its cache is too short for decode_step's
+            kvcache.decode_step(params, kvcache.decode_step(
+                params, cache, np.array(5), config=config)[1], np.array(6),
+                config=config)
+        _, _, flops = counted_decode_flops(params, cache, np.array(5), config=config)
+    finally:
+        kvcache.block_forward = original
+    assert flops.attention == model_flops_per_token(config, T=1).attention
+    assert kvcache.block_forward is original

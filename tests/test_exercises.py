@@ -633,7 +633,10 @@ def test_each_broken_variant_fails_with_the_right_property(broken, prop):
             make(swap=True),
             "expected output (5, 4) and probabilities (5, 5), got (5, 5) and (5, 4)",
         ),
-        (make(transpose="T"), "(2, 5, 3), (2, 5, 3), (2, 5, 4) raised ValueError"),
+        (
+            make(transpose="T"),
+            "fn(query (2, 5, 3), key (2, 5, 3), value (2, 5, 4)) raised ValueError",
+        ),
         (
             lambda q, k, v, query_offset=0, dropout=None: tuple(
                 x.reshape(-1, x.shape[-1]) for x in make()(q, k, v)
@@ -962,6 +965,7 @@ def test_layernorm_checker_rejects_the_planted_backward_faults():
 def test_block_residual_checker_passes_the_package():
     assert ex.check_block_residual(residual_backward) == (
         "shape",
+        "inputs unchanged",
         "the identity path is added",
         "the identity path is added once",
         "the sublayer path is added",
@@ -1819,7 +1823,7 @@ def test_check_head_backward_accepts_the_package_layer_pair():
         (
             lambda X, *a: X @ X.T @ "crash",
             "returns the seven gradients",
-            "make the function",
+            "make fn accept these arguments",
         ),
     ],
     ids=[
@@ -1922,7 +1926,7 @@ def test_check_split_merge_accepts_the_package_and_a_learner():
             lambda Y, heads: Y[None] @ "crash",
             merge_heads,
             "split: shape",
-            "make the function",
+            "make fn accept these arguments",
         ),
     ],
     ids=[
@@ -2008,7 +2012,11 @@ def test_check_positions_backward_accepts_the_package():
             "return dP, dX",
         ),
         (lambda dY, T_max: (dY.sum(axis=0), dY), "shapes", "shape of P"),
-        (lambda dY, T_max: dY @ "crash", "returns (dP, dX)", "make the function"),
+        (
+            lambda dY, T_max: dY @ "crash",
+            "returns (dP, dX)",
+            "make fn accept these arguments",
+        ),
     ],
     ids=[
         "overwrite",
@@ -2105,7 +2113,7 @@ def _asserted_offset(query, key, value, query_offset=0, dropout=None):
             "causality with offset",
             "hide the keys j > query_offset + i",
         ),
-        (_offset_variant(fill=-30.0), "causality with offset", "-inf"),
+        (_offset_variant(fill=-30.0), "causality with offset", "boolean visible mask"),
         (_offset_variant(transpose="T"), "equality with recompute", ""),
         (
             _offset_variant(check=False),

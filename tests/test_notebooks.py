@@ -106,6 +106,94 @@ def test_every_exercise_stub_is_passed_to_a_learner_checker(path):
         assert checked, f"{path.name}, cell {cell.get('id')}: no checker gets {stubs}"
 
 
+def defined_names(source):
+    """The names a cell's code binds at its top level: functions, classes, assignments,
+    imports (IPython magics: none)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def redefined_stubs(cells):
+    """``(cell id, name)`` for every cell that binds a name some other cell's stub asks
+    the learner to write: run top to bottom, it would replace the learner's answer."""
+    stubs = {name: cell.get("id") for cell in cells
+             for name in root_conftest.stub_names(cell.source)}
+    return [(cell.get("id"), name) for cell in cells
+            for name in sorted(defined_names(cell.source) & set(stubs))
+            if stubs[name] != cell.get("id")]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_no_cell_replaces_the_learners_function(path):
+    assert redefined_stubs(code_cells(path)) == []
+
+
+def test_a_solution_cell_that_reuses_the_stubs_name_is_found():
+    # fault control: the defect the rule exists for (a solution right after the stub,
+    # defining the same name), in each way a cell can bind it
+    stub = nbformat.v4.new_code_cell(
+        "def my_clip(g):\n    raise NotImplementedError\n\ncheck_clip(my_clip)")
+    stub["id"] = "stub"
+    for i, solution in enumerate(["def my_clip(g):\n    return g",
+                                  "my_clip = lambda g: g",
+                                  "from attncourse.optim import clip as my_clip"]):
+        cell = nbformat.v4.new_code_cell(solution)
+        cell["id"] = f"solution-{i}"
+        assert redefined_stubs([stub, cell]) == [(f"solution-{i}", "my_clip")]
+    renamed = nbformat.v4.new_code_cell("def solution_clip(g):\n    return g")
+    assert redefined_stubs([stub, renamed]) == []
+
+
+def checker_calls(path):
+    """``(cell id, checker call, stub names)`` for every exercise stub of a chapter: the
+    call as written in the stub's cell (e.g. ``kit.check_top_k(my_top_k)``)."""
+    calls = []
+    for cell in code_cells(path):
+        stubs = root_conftest.stub_names(cell.source)
+        for node in ast.walk(ast.parse(cell.source)) if stubs else ():
+            if (isinstance(node, ast.Call)
+                    and ast.unparse(node.func).rsplit(".", 1)[-1].startswith("check_")):
+                calls.append((cell.get("id"), node, stubs))
+    return calls
+
+
+def forgets_return(*args, **kwargs):
+    """A planted wrong answer to any exercise: the ``return`` forgotten."""
+
+
+def crashes(*args, **kwargs):
+    """A planted wrong answer to any exercise: it fails on the checker's inputs."""
+    return args[0][10**9]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+@pytest.mark.parametrize("wrong", [forgets_return, crashes])
+def test_each_stubs_checker_reports_a_planted_wrong_answer(path, wrong):
+    from attncourse.kit import CheckFailed, exercises
+
+    calls = checker_calls(path)
+    assert calls, f"{path.name} has no exercise checker"
+    for cell, call, stubs in calls:
+        checker = getattr(exercises, ast.unparse(call.func).rsplit(".", 1)[-1])
+        args = [wrong if ast.unparse(a) in stubs else None for a in call.args]
+        assert None not in args, f"{path.name}, cell {cell}: {ast.unparse(call)}"
+        with pytest.raises(CheckFailed):
+            checker(*args)
+
+
 def test_the_stub_rule_accepts_the_notice_and_nothing_else():
     problem = root_conftest.stub_cell_problem
     source = (
@@ -346,16 +434,17 @@ def test_the_launch_links_are_well_formed():
     slug = urllib.parse.urlsplit(repository["url"]).path.strip("/")
     for path in CHAPTERS:
         notebook = path.relative_to(ROOT).as_posix()
-        for url in (
-            f"{launch['binderhub_url']}/v2/gh/{slug}/{repository['branch']}"
-            f"?urlpath=lab/tree/{notebook}",
-            f"{launch['colab_url']}/github/{slug}/blob/{repository['branch']}/"
-            f"{notebook}",
+        rendition = f"colab/{path.name}"  # what the Colab button opens
+        for url, target in (
+            (f"{launch['binderhub_url']}/v2/gh/{slug}/{repository['branch']}"
+             f"?urlpath=lab/tree/{notebook}", notebook),
+            (f"{launch['colab_url']}/github/{slug}/blob/{repository['branch']}/"
+             f"{rendition}", rendition),
         ):
             parts = urllib.parse.urlsplit(url)
             assert parts.scheme == "https" and "." in parts.netloc, url
             assert "//" not in parts.path and " " not in url, url
-            assert url.endswith(notebook) and (ROOT / notebook).is_file()
+            assert url.endswith(target) and (ROOT / target).is_file(), target
     assert urllib.parse.urlsplit(launch["binderhub_url"]).netloc == "mybinder.org"
     assert (
         urllib.parse.urlsplit(launch["colab_url"]).netloc == "colab.research.google.com"

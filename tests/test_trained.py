@@ -10,10 +10,16 @@ from attncourse.kit import trained
 from attncourse.params import flatten_params
 
 
-def test_the_corpus_split_holds_out_the_last_tenth():
+def test_the_corpus_split_holds_out_unseen_sentences_of_the_last_tenth():
+    from attncourse.text import decode, make_corpus
     vocab, train_ids, held_out = trained.corpus_split()
-    total = len(train_ids) + len(held_out)
-    assert abs(len(held_out) - total / 10) <= 1
+    text = make_corpus(trained.CORPUS_SENTENCES, seed=0)
+    cut = int(round(len(text) * (1 - trained.HELD_OUT)))
+    assert decode(train_ids, vocab) == text[:cut]
+    sentences = decode(held_out, vocab).split(". ")
+    assert all(s.rstrip(".") + "." in text[cut:] for s in sentences)
+    assert not any(s.rstrip(".") + "." in text[:cut] for s in sentences)
+    assert len(set(sentences)) == len(sentences) > 20
     assert train_ids.max() < len(vocab) and held_out.max() < len(vocab)
 
 
@@ -61,7 +67,8 @@ def test_mean_loss_of_a_uniform_model_is_log_n_vocab():
 
 def test_unknown_recipes_and_fields_are_refused():
     with pytest.raises(ValueError, match=r"no recipe 'gpt'; the recipes are \['chars', "
-                                         r"'recall'\]"):
+                                         r"'recall', 'shakespeare_bpe', "
+                                         r"'shakespeare_chars'\]"):
         trained.train_recipe("gpt")
     with pytest.raises(ValueError, match=r"unknown recipe fields \['batch'\]"):
         trained.train_recipe("chars", batch=3)
@@ -204,7 +211,8 @@ def test_the_key_covers_the_training_path_and_nothing_else(core_copy):
 
 def test_the_training_path_is_the_import_closure_of_the_modules_training_calls():
     assert trained.training_modules() == [
-        "_validate.py", "layers/attention.py", "layers/block.py", "layers/embedding.py",
+        "_validate.py", "bpe.py", "layers/attention.py", "layers/block.py",
+        "layers/embedding.py",
         "layers/gelu.py", "layers/head.py", "layers/layernorm.py", "layers/linear.py",
         "layers/mlp.py", "layers/multihead.py", "layers/positions.py", "loss.py",
         "model.py", "optim.py", "params.py", "softmax.py", "text.py", "train.py"]
@@ -217,14 +225,15 @@ def test_the_import_closure_follows_every_form_of_relative_import(tmp_path):
     (core / "layers").mkdir(parents=True)
     sources = {"model.py": "from .loss import f\nfrom .layers.dense import g\n"
                            "from . import params\n",
-               "text.py": "", "train.py": "import numpy\n", "loss.py": "",
+               "text.py": "", "train.py": "import numpy\n", "loss.py": "", "bpe.py": "",
                "params.py": "", "unused.py": "",
                "layers/dense.py": "def g():\n    from .._check import h\n",
                "_check.py": "import os\n"}
     for name, source in sources.items():
         (core / name).write_text(source)
     assert trained.training_modules(core) == [
-        "_check.py", "layers/dense.py", "loss.py", "model.py", "params.py", "text.py",
+        "_check.py", "bpe.py", "layers/dense.py", "loss.py", "model.py", "params.py",
+        "text.py",
         "train.py"]
 
 
@@ -371,7 +380,7 @@ def test_the_corpus_and_the_chars_config_are_the_recipes():
     from attncourse.text import decode, make_corpus
     vocab, train_ids, held_out = trained.corpus_split()
     text = make_corpus(trained.CORPUS_SENTENCES, seed=0)
-    assert decode(np.concatenate([train_ids, held_out]), vocab) == text
+    assert decode(train_ids, vocab) == text[:len(train_ids)]
     assert trained._config("chars") == ModelConfig(n_vocab=len(vocab), T_max=32, D=32,
                                                    heads=2, layers=2, ratio=2)
 
@@ -432,3 +441,45 @@ def test_the_processor_of_this_machine_is_read_from_proc_cpuinfo():
     if not pathlib.Path("/proc/cpuinfo").is_file():
         pytest.skip("no /proc/cpuinfo on this system")
     assert trained._cpu_model() == trained._cpu_model("/proc/cpuinfo")
+
+
+# --- Chapter 11: Tiny Shakespeare -----------------------------------------------------
+
+
+def test_the_shakespeare_recipes_read_nanogpts_split():
+    from attncourse import bpe
+    vocab, train_ids, held_out = trained.shakespeare_split("chars")
+    train_text, held_out_text = bpe.split_text(bpe.shakespeare())
+    assert trained.RECIPES["shakespeare_chars"].config.n_vocab == len(vocab) == 65
+    assert (len(train_ids), len(held_out)) == (len(train_text), len(held_out_text))
+    merges, train_bpe_ids, held_out_bpe = trained.shakespeare_split("bpe")
+    assert len(merges) == trained.SHAKESPEARE_MERGES
+    assert trained.RECIPES["shakespeare_bpe"].config.n_vocab == 256 + len(merges)
+    assert bpe.decode(held_out_bpe, merges) == held_out_text
+    assert merges == bpe.train_bpe(train_text, trained.SHAKESPEARE_MERGES)  # train only
+    with pytest.raises(ValueError, match="kind must be 'chars' or 'bpe', got 'words'"):
+        trained.shakespeare_split("words")
+
+
+def test_a_shakespeare_batch_is_a_window_of_the_training_ids_and_its_shift():
+    for kind in ("chars", "bpe"):
+        recipe = trained.RECIPES[f"shakespeare_{kind}"]
+        _, train_ids, _ = trained.shakespeare_split(kind)
+        x, y, counted = trained._batches(f"shakespeare_{kind}")(3)
+        assert x.shape == y.shape == (recipe.batch_size, recipe.data["T"])
+        assert counted is None and x.max() < recipe.config.n_vocab
+        text = train_ids.tolist()
+        start = [i for i in range(len(text) - 64) if text[i:i + 8] == x[0, :8].tolist()]
+        assert any(text[s + 1:s + 65] == y[0].tolist() for s in start)
+
+
+def test_the_shakespeare_key_covers_the_tokenizer_and_the_corpus(monkeypatch):
+    from attncourse import bpe
+    assert "bpe.py" in trained.training_modules()  # its source is in every key
+    import dataclasses
+    recipe = trained.RECIPES["shakespeare_chars"]
+    assert recipe.data["corpus"] == bpe.SHA256
+    chars_key = trained.model_key("shakespeare_chars")
+    monkeypatch.setitem(trained.RECIPES, "shakespeare_chars", dataclasses.replace(
+        recipe, data={**recipe.data, "corpus": "0" * 64}))
+    assert trained.model_key("shakespeare_chars") != chars_key

@@ -289,17 +289,8 @@ def _require_inputs(Q, K, V, key_valid, block_q, block_k):
     return Q, K, V, kv
 
 
-def tiled_attention_forward(
-    Q,
-    K,
-    V,
-    *,
-    causal=False,
-    key_valid=None,
-    block_q=DEFAULT_BLOCK,
-    block_k=DEFAULT_BLOCK,
-    workers=None,
-):
+def tiled_attention_forward(Q, K, V, *, causal=False, key_valid=None,
+                            block_q=DEFAULT_BLOCK, block_k=DEFAULT_BLOCK, workers=None):
     """Return ``O, saved``: attention by tiles, the ``T_q x T_k`` weights never stored.
 
     ``Q (..., T_q, d)``, ``K (..., T_k, d)``, ``V (..., T_k, r)``, batch axes broadcast;
@@ -371,27 +362,20 @@ def tiled_attention_backward(saved, G, *, workers=None):
             S = _hide(S, _tile_visible(t, kv))
             S = _subtract(S, shift[..., t.i0 : t.i1, None])  # in place when it can
             P = np.exp(S, out=S)  # (..., bq, bk): the weights, recomputed
-            dV[..., t.j0 : t.j1, :] += (
-                np.swapaxes(P, -1, -2) @ G_i
-            )  # (bk, bq) x (bq, r)
+            dV[..., t.j0:t.j1, :] += np.swapaxes(P, -1, -2) @ G_i  # (bk, bq) x (bq, r)
             dP = G_i @ np.swapaxes(V_j, -1, -2)  # (..., bq, r) x (..., r, bk)
             dS = np.multiply(P, np.subtract(dP, delta[..., t.i0 : t.i1, None], out=dP),
                              out=dP)  # P * (dP - delta), in the memory of dP
             dQ_parts[w][..., t.i0 : t.i1, :] += dS @ K_j  # (bq, bk) x (bk, d)
-            dK[..., t.j0 : t.j1, :] += (
-                np.swapaxes(dS, -1, -2) @ Qs
-            )  # (bk, bq) x (bq, d)
+            dK[..., t.j0:t.j1, :] += np.swapaxes(dS, -1, -2) @ Qs  # (bk, bq) x (bq, d)
 
     run_parallel(key_group, range(len(groups)), workers)
     dQ = dQ_parts[0] if dQ_parts else np.zeros(batch + Q.shape[-2:], dtype)
     for part in dQ_parts[1:]:  # summed in a fixed order: deterministic
         dQ += part
     dQ *= scale
-    return (
-        _unbroadcast(dQ, Q.shape),
-        _unbroadcast(dK, K.shape),
-        _unbroadcast(dV, V.shape),
-    )
+    return (_unbroadcast(dQ, Q.shape), _unbroadcast(dK, K.shape),
+            _unbroadcast(dV, V.shape))
 
 
 # --- the causal_attention signature ---------------------------------------------------

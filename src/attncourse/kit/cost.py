@@ -11,7 +11,8 @@ For the whole model of :mod:`attncourse.model` (Chapter 6),
 :func:`model_parameter_count` is the closed-form number of parameters and
 :func:`model_flops_per_token` the forward pass's floating-point operations per token
 (2 per multiply-add), matched exactly by :func:`counted_model_flops`, which reads the
-shapes of the arrays a real pass saved.
+shapes of the arrays a real pass saved. :func:`counted_decode_flops` counts one decode
+step of the key/value cache (Chapter 10) the same way.
 
 >>> attention_cost(T=5, D=7, d=3, r=4)
 AttentionCost(projections=350, scores=75, output=100, weights_stored=25)
@@ -29,7 +30,7 @@ from .._validate import require_sizes
 __all__ = [
     "AttentionCost", "attention_cost", "counted_head_forward",
     "model_parameter_count", "ModelFlops", "model_flops_per_token",
-    "counted_model_flops",
+    "counted_model_flops", "counted_decode_flops",
 ]
 
 
@@ -252,3 +253,48 @@ def counted_model_flops(params, saved):
             )
         per_token[kind] = 2 * (count // tokens)
     return ModelFlops(**{kind: int(v) for kind, v in per_token.items()})
+
+
+def counted_decode_flops(params, cache, ids, *, config):
+    """Run one :func:`attncourse.kvcache.decode_step` and count it from its arrays;
+    return ``logits, cache, flops`` (the step's results and its :class:`ModelFlops`
+    per token).
+
+    While the step runs, each call of ``block_forward`` it makes is recorded with the
+    ``saved`` it returns; the blocks are then counted as :func:`counted_model_flops`
+    counts them (the inputs of the products, and the weights ``A (..., H, 1, t + 1)``
+    each head's attention really formed), plus the unembedding of the one position.
+    The count reads what the step computed, not the cache it returns.
+
+    >>> from attncourse.kvcache import prefill
+    >>> from attncourse.model import ModelConfig, init_model
+    >>> config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2, ratio=2)
+    >>> params = init_model(config)
+    >>> _, cache = prefill(params, np.array([1, 2, 3]), config=config)
+    >>> counted_decode_flops(params, cache, np.array(4), config=config)[2]
+    ModelFlops(matmul=568, attention=128)
+    """
+    from .. import kvcache
+
+    seen = []
+    block_forward = kvcache.block_forward
+
+    def recorded(*args, **kwargs):
+        Y, saved = block_forward(*args, **kwargs)
+        seen.append(saved)
+        return Y, saved
+
+    kvcache.block_forward = recorded
+    try:
+        logits, longer = kvcache.decode_step(params, cache, ids, config=config)
+    finally:
+        kvcache.block_forward = block_forward
+    if len(seen) != config.layers:
+        raise ValueError(f"the step ran {len(seen)} blocks, the model has "
+                         f"config.layers={config.layers}")
+    madds = {"matmul": 0, "attention": 0}
+    _count(params["blocks"], seen, madds)
+    tokens = max(1, int(np.size(ids)))
+    madds["matmul"] += tokens * config.D * config.n_vocab  # the unembedding
+    flops = ModelFlops(**{kind: 2 * (n // tokens) for kind, n in madds.items()})
+    return logits, longer, flops

@@ -996,3 +996,311 @@ def depth_figure(profiles):
         ax.set_title(title)
     axes[0].legend(fontsize=8)
     return fig
+
+
+# --- Chapter 3: the geometry of queries and keys --------------------------------------
+
+
+def query_key_figure(queries, keys):
+    """Draw 2-D queries and keys as arrows, and the weights their dot products give.
+
+    Left: each key ``k_j`` (solid) and each query ``q_i`` (dashed) as an arrow from the
+    origin. Right: for each query, the bars of its weights
+    ``softmax(q_i . k_j / sqrt(2))`` over the keys, labelled with their values. A key
+    pointing along a query scores high; one at a right angle scores 0; one pointing
+    away scores below 0. Return the Figure.
+
+    >>> fig = query_key_figure(np.array([[1.0, 0.0]]), np.array([[1.0, 0.0], [0, 1]]))
+    >>> [round(float(p.get_height()), 3) for p in fig.axes[1].patches]
+    [0.67, 0.33]
+    >>> plt.close(fig)
+    """
+    queries, keys = np.asarray(queries, float), np.asarray(keys, float)
+    if queries.ndim != 2 or keys.ndim != 2 or queries.shape[1] != 2 or keys.shape[
+            1] != 2:
+        raise ValueError(f"queries and keys must be (n, 2) arrays of 2-D vectors, got "
+                         f"{queries.shape} and {keys.shape}")
+    weights = softmax(queries @ keys.T / math.sqrt(2))  # (n_q, 2) x (2, n_k)
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(9.5, 4.0), constrained_layout=True,
+                                   gridspec_kw={"width_ratios": [1, 1.15]})
+    key_color, query_colors = "0.35", ["tab:blue", "tab:orange", "tab:green"]
+    for j, k in enumerate(keys):
+        ax.annotate("", xy=k, xytext=(0, 0),
+                    arrowprops=dict(arrowstyle="-|>", color=key_color, lw=1.8))
+        ax.text(*(k * 1.12), f"$k_{j + 1}$", ha="center", va="center", fontsize=12)
+    for i, q in enumerate(queries):
+        color = query_colors[i % len(query_colors)]
+        ax.annotate("", xy=q, xytext=(0, 0),
+                    arrowprops=dict(arrowstyle="-|>", color=color, lw=2.2, ls="--"))
+        ax.text(*(q * 1.14), f"$q_{i + 1}$", ha="center", va="center", fontsize=12,
+                color=color)
+    reach = 1.3 * max(np.abs(keys).max(), np.abs(queries).max())
+    ax.set_xlim(-reach, reach)
+    ax.set_ylim(-reach, reach)
+    ax.set_aspect("equal")
+    ax.axhline(0, color="0.85", lw=0.8, zorder=0)
+    ax.axvline(0, color="0.85", lw=0.8, zorder=0)
+    ax.set_title("queries (dashed) and keys (solid)", fontsize=10)
+    n_q, n_k = weights.shape
+    width = 0.8 / n_q
+    for i in range(n_q):
+        x = np.arange(n_k) + (i - (n_q - 1) / 2) * width
+        drawn = bars.bar(x, weights[i], width, color=query_colors[i % 3],
+                         label=f"$q_{i + 1}$")
+        bars.bar_label(drawn, fmt="%.2f", fontsize=8)
+    bars.set_xticks(range(n_k), [f"$k_{j + 1}$" for j in range(n_k)])
+    bars.set_ylim(0, 1)
+    bars.set_ylabel(r"weight $\mathrm{softmax}(q_i\cdot k_j/\sqrt{2})$")
+    bars.set_title("each query's weights over the keys", fontsize=10)
+    bars.legend(fontsize=9)
+    return fig
+
+
+__all__ += ["query_key_figure"]
+
+
+def cache_growth(caches):
+    """The growth of a key/value cache, step by step, as an integer grid.
+
+    ``caches`` is the sequence of :class:`attncourse.kvcache.KVCache` objects a
+    ``prefill`` and the decode steps after it returned, in order. Row ``s`` of the grid
+    (``(len(caches), positions of the last cache)``) says, for each position, where its
+    cached key and value came from: 0 not cached yet, 1 the prefill, 2 an earlier decode
+    step, 3 this step. Raise ``ValueError`` unless each cache is the previous one with
+    exactly one position appended to every block's keys and values, the old rows
+    unchanged (bit for bit).
+
+    >>> from attncourse.kvcache import BlockCache, KVCache
+    >>> a = KVCache((BlockCache(np.zeros((1, 2, 3)), np.zeros((1, 2, 3))),), 2)
+    >>> b = KVCache((BlockCache(np.ones((1, 3, 3)), np.zeros((1, 3, 3))),), 3)
+    >>> cache_growth([a, b])
+    Traceback (most recent call last):
+    ...
+    ValueError: step 1, block 0: the cached keys of positions 0..1 changed
+    """
+    caches = list(caches)
+    if not caches:
+        raise ValueError("cache_growth needs at least the prefill's cache")
+    prompt, last = caches[0].position, caches[-1].position
+    grid = np.zeros((len(caches), last), dtype=int)
+    grid[:, :prompt] = 1
+    for s in range(1, len(caches)):
+        old, new = caches[s - 1], caches[s]
+        if new.position != old.position + 1:
+            raise ValueError(f"step {s}: the position went from {old.position} to "
+                             f"{new.position}; a decode step appends one position")
+        for b, (was, now) in enumerate(zip(old.blocks, new.blocks)):
+            for name, before, after in (("keys", was.keys, now.keys),
+                                        ("values", was.values, now.values)):
+                if after.shape[-2] != before.shape[-2] + 1:
+                    raise ValueError(
+                        f"step {s}, block {b}: the cached {name} went from "
+                        f"{before.shape[-2]} to {after.shape[-2]} rows; a decode step "
+                        f"appends one")
+                if not np.array_equal(after[..., :-1, :], before):
+                    raise ValueError(
+                        f"step {s}, block {b}: the cached {name} of positions "
+                        f"0..{before.shape[-2] - 1} changed")
+        grid[s, prompt:old.position] = 2
+        grid[s, old.position] = 3
+    return grid
+
+
+def cache_growth_figure(caches, labels=None):
+    """Draw :func:`cache_growth`: one panel per block, one row per call (the prefill,
+    then each decode step), one cell per cached position. Grey: keys and values the
+    prefill computed; blue: appended by an earlier step; orange: appended by this step.
+    ``labels`` (optional) names the token of each position on the x axis. Return the
+    Figure.
+
+    >>> from attncourse.kvcache import prefill, decode_step
+    >>> from attncourse.model import ModelConfig, init_model
+    >>> config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2)
+    >>> params = init_model(config)
+    >>> caches = [prefill(params, np.array([1, 2]), config=config)[1]]
+    >>> caches.append(decode_step(params, caches[-1], np.array(3), config=config)[1])
+    >>> fig = cache_growth_figure(caches)
+    >>> len(fig.axes), fig.axes[0].images[0].get_array().tolist()
+    (2, [[1, 1, 0], [1, 1, 3]])
+    >>> plt.close(fig)
+    """
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    grid = cache_growth(caches)
+    n_blocks = len(caches[0].blocks)
+    colors = ["white", "0.7", "tab:blue", "tab:orange"]
+    steps, positions = grid.shape
+    fig, axes = plt.subplots(1, n_blocks, figsize=(0.3 * positions * n_blocks + 2.5,
+                                                   0.3 * steps + 1.6),
+                             squeeze=False, sharey=True, constrained_layout=True)
+    rows = ["prefill"] + [f"step {s}" for s in range(1, steps)]
+    for b, ax in enumerate(axes[0]):
+        ax.imshow(grid, cmap=ListedColormap(colors), vmin=0, vmax=3, aspect="equal")
+        ax.set_xticks(np.arange(positions + 1) - 0.5, minor=True)
+        ax.set_yticks(np.arange(steps + 1) - 0.5, minor=True)
+        ax.grid(which="minor", color="white", lw=1.2)
+        ax.tick_params(which="minor", length=0)
+        ax.set_yticks(range(steps), rows, fontsize=8)
+        if labels is None:
+            ax.set_xticks(range(positions), range(positions), fontsize=7)
+        else:
+            shown = ["\u2423" if c == " " else repr(str(c))[1:-1] for c in labels]
+            ax.set_xticks(range(positions), shown[:positions], fontsize=8,
+                          family="monospace")
+        ax.set_xlabel("cached position")
+        H, d = caches[-1].blocks[b].keys.shape[-3], caches[-1].blocks[b].keys.shape[-1]
+        ax.set_title(f"block {b + 1}: a key and a value per head\n({H} heads of width "
+                     f"{d}) at each position", fontsize=9)
+    fig.legend(handles=[Patch(color=c, label=n) for c, n in zip(
+        colors[1:], ("from the prefill", "appended earlier", "appended by this step"))],
+        loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    return fig
+
+
+__all__ += ["cache_growth", "cache_growth_figure"]
+
+
+# --- Chapters 4 and 5: the multi-head layer and the block, as diagrams ----------------
+
+
+def multihead_figure(*, T, D, heads, d, r):
+    """Draw multi-head attention as split, attend, concatenate and ``W_O``, every array
+    labelled with its shape; return the Figure.
+
+    ``T`` positions of width ``D``, ``heads`` heads of query/key width ``d`` and value
+    width ``r``. The shapes are printed both as symbols and with these numbers.
+
+    >>> fig = multihead_figure(T=5, D=7, heads=2, d=3, r=2)
+    >>> texts = [t.get_text() for t in fig.axes[0].texts]
+    >>> [t for t in texts if t.startswith("$C$")]
+    ['$C$ = concatenate\\n$(T, Hr)$ = (5, 4)']
+    >>> plt.close(fig)
+    """
+    require = {"T": T, "D": D, "heads": heads, "d": d, "r": r}
+    bad = {k: v for k, v in require.items() if not (isinstance(v, int) and v > 0)}
+    if bad:
+        raise ValueError(f"multihead_figure needs positive integer sizes, got {bad}")
+    rows = [1.6 * (heads - 1 - h) for h in range(heads)]  # one row per head
+    mid = (rows[0] + rows[-1]) / 2
+    fig, ax = plt.subplots(figsize=(11.5, 1.3 + 1.05 * max(heads, 3)))
+    _diagram_box(ax, (0.0, mid), f"$X$\n$(T, D)$ = ({T}, {D})", "#fde2b5",
+                 width=1.7, height=0.9)
+    projected = [(mid + 1.0, f"$Q = X W_Q$\n$(T, Hd)$ = ({T}, {heads * d})"),
+                 (mid, f"$K = X W_K$\n$(T, Hd)$ = ({T}, {heads * d})"),
+                 (mid - 1.0, f"$V = X W_V$\n$(T, Hr)$ = ({T}, {heads * r})")]
+    for y, text in projected:
+        _diagram_line(ax, [(0.85, mid), (1.3, mid), (1.3, y), (1.75, y)])
+        _diagram_box(ax, (2.8, y), text, "#cfe3f7", width=2.1, height=0.8)
+    for h, y in enumerate(rows):
+        for y_p, _ in projected:
+            _diagram_line(ax, [(3.85, y_p), (4.4, y_p), (4.4, y), (4.95, y)],
+                          color="0.45")
+        _diagram_box(ax, (6.25, y),
+                     f"head {h}\n"
+                     f"$Q^{{({h})}}, K^{{({h})}}$ $(T, d)$ = ({T}, {d})\n"
+                     f"$V^{{({h})}}$ $(T, r)$ = ({T}, {r})",
+                     "#e3e3e3", width=2.6, height=1.15, fontsize=8)
+        _diagram_line(ax, [(7.55, y), (8.0, y)])
+        _diagram_box(ax, (9.05, y),
+                     f"$O^{{({h})}}$ = softmax$_M$(·)$V^{{({h})}}$\n"
+                     f"$(T, r)$ = ({T}, {r})",
+                     "#d7f0d2", width=2.1, height=0.8, fontsize=8)
+        _diagram_line(ax, [(10.1, y), (10.55, y), (10.55, mid), (11.0, mid)])
+    _diagram_box(ax, (12.05, mid), f"$C$ = concatenate\n$(T, Hr)$ = ({T}, {heads * r})",
+                 "#f7d9cf", width=2.1, height=0.8)
+    _diagram_line(ax, [(13.1, mid), (13.55, mid)])
+    _diagram_box(ax, (14.6, mid),
+                 f"$Y = C W_O$\n$W_O$ $(Hr, D)$ = ({heads * r}, {D})\n"
+                 f"$Y$ $(T, D)$ = ({T}, {D})",
+                 "#fde2b5", width=2.1, height=1.15, fontsize=8)
+    top = max(rows[0], mid + 1.0) + 0.95
+    steps = [(2.8, "1. project"), (4.4, "2. split"), (7.6, "3. attend, each head"),
+             (12.05, "4. concatenate"), (14.6, "5. mix: heads meet")]
+    for x, step in steps:
+        ax.text(x, top, step, ha="center", va="bottom", fontsize=9, color="0.3")
+    ax.text(7.6, min(rows[-1], mid - 1.0) - 0.95,
+            f"$H$ = {heads} heads, $d$ = {d}, $r$ = {r}: no head reads another "
+            "before $W_O$", ha="center", va="top", fontsize=9, color="0.3")
+    ax.set_xlim(-1.0, 15.8)
+    ax.set_ylim(min(rows[-1], mid - 1.0) - 1.4, top + 0.5)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def block_figure(*, D, heads, ratio=4):
+    """Draw the pre-norm block: ``X -> LN1 -> attention -> + -> LN2 -> MLP -> +``, with
+    the residual stream carrying ``X`` around each sublayer; return the Figure.
+
+    >>> fig = block_figure(D=8, heads=2)
+    >>> [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("$")][:3]
+    ['$X$  $(T, D)$', "$X'$ = $X$ + attention", "$Y$ = $X'$ + MLP"]
+    >>> plt.close(fig)
+    """
+    if not all(isinstance(v, int) and v > 0 for v in (D, heads, ratio)):
+        raise ValueError(f"block_figure needs positive integer sizes, got D={D}, "
+                         f"heads={heads}, ratio={ratio}")
+    fig, ax = plt.subplots(figsize=(6.4, 5.6))
+    _diagram_box(ax, (0.0, 0.0), "$X$  $(T, D)$", "#fde2b5", width=1.8)
+    _diagram_line(ax, [(0.0, 0.31), (0.0, 0.9)])
+    attention = f"causal multi-head attention\n{heads} heads, $W_O$ back to $D$ = {D}"
+    mlp = f"MLP  {D} → {ratio * D} → {D}\n(GELU)"
+    _diagram_branch(ax, 1.0, "$_1$", attention, "#d7f0d2", 1.9)
+    ax.text(0.3, 2.15, "$X'$ = $X$ + attention", fontsize=9, va="bottom")
+    _diagram_line(ax, [(0.0, 2.1), (0.0, 2.8)])
+    _diagram_branch(ax, 2.9, "$_2$", mlp, "#f7d9cf", 3.8)
+    ax.text(0.3, 4.05, "$Y$ = $X'$ + MLP", fontsize=9, va="bottom")
+    _diagram_line(ax, [(0.0, 4.0), (0.0, 4.59)])
+    _diagram_box(ax, (0.0, 4.9), "$Y$  $(T, D)$", "#fde2b5", width=1.8)
+    ax.plot([0.0, 0.0], [0.31, 4.59], color="0.45", lw=5, alpha=0.35, zorder=0,
+            solid_capstyle="butt")
+    ax.text(-0.45, 2.45, "residual stream: the identity path", rotation=90,
+            ha="right", va="center", fontsize=9, color="0.35")
+    ax.set_xlim(-1.4, 6.8)
+    ax.set_ylim(-0.6, 5.5)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+__all__ += ["multihead_figure", "block_figure"]
+
+
+def token_attention_figure(panels, tokens):
+    """Draw a trained model's attention on a real input: one ``T x T`` heatmap per
+    ``(A, title)`` in ``panels``, queries down, keys across, both axes labelled with
+    ``tokens`` (the input's ``T`` tokens, as text); return the Figure.
+
+    >>> A = np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]
+    >>> fig = token_attention_figure([(A, "uniform past")], ["a", "b", "c"])
+    >>> [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    ['a', 'b', 'c']
+    >>> plt.close(fig)
+    """
+    tokens = [str(t) for t in tokens]
+    if not panels:
+        raise ValueError("token_attention_figure needs at least one (A, title) panel")
+    for A, title in panels:
+        if np.shape(A) != (len(tokens), len(tokens)):
+            T = len(tokens)
+            raise ValueError(f"panel {title!r}: A has shape {np.shape(A)}, the "
+                             f"{T} tokens need ({T}, {T})")
+    size = 0.16 * len(tokens) + 1.2
+    fig, axes = plt.subplots(1, len(panels), figsize=(size * len(panels) + 1.0, size),
+                             squeeze=False, constrained_layout=True)
+    shown = [t if t != " " else "␣" for t in tokens]
+    for n, (ax, (A, title)) in enumerate(zip(axes[0], panels)):
+        im = ax.imshow(np.asarray(A), cmap="Blues", vmin=0.0, vmax=1.0)
+        ax.set_xticks(range(len(tokens)), shown, fontsize=7)
+        ax.set_yticks(range(len(tokens)), shown if n == 0 else [], fontsize=7)
+        ax.set_xlabel("key")
+        ax.set_title(title, fontsize=10)
+    axes[0][0].set_ylabel("query")
+    fig.colorbar(im, ax=list(axes[0]), shrink=0.8, label="weight")
+    return fig
+
+
+__all__ += ["token_attention_figure"]

@@ -12,12 +12,14 @@ them back.
 
 - ``"recall"``: the associative-recall model (:class:`attncourse.text.RecallTask`);
 - ``"chars"``: a character model of the course corpus
-  (:func:`attncourse.text.make_corpus`).
+  (:func:`attncourse.text.make_corpus`);
+- ``"shakespeare_chars"``, ``"shakespeare_bpe"``: Chapter 11's models of Tiny
+  Shakespeare, on characters and on byte-pair tokens (:func:`shakespeare_split`).
 
 Training runs in float32 (faster, and enough for training); checks run in float64.
 
 >>> sorted(RECIPES)
-['chars', 'recall']
+['chars', 'recall', 'shakespeare_bpe', 'shakespeare_chars']
 """
 
 import ast
@@ -40,7 +42,8 @@ from ..text import (RecallTask, build_vocab, encode, make_corpus, recall_batch,
                    recall_batches, window_batches)
 from ..train import as_dtype, train
 
-__all__ = ["Recipe", "RECIPES", "recall_task", "corpus_split", "train_recipe",
+__all__ = ["Recipe", "RECIPES", "recall_task", "corpus_split", "held_out_sentences",
+           "train_recipe",
            "trained_model", "model_key", "training_modules", "MODELS_ENV",
            "user_models", "recall_accuracy", "mean_loss", "held_out_recall"]
 
@@ -81,9 +84,33 @@ def recall_task():
     return RECALL_TASK
 
 
+def held_out_sentences():
+    """Return ``train_text, sentences``: the first nine tenths of the corpus's
+    characters, and the whole sentences after them that never occur in that text.
+
+    The sentence cut at the boundary is dropped, and so is every later sentence that
+    the training text holds word for word (a small grammar repeats itself), and every
+    repeat: what is held out was never seen.
+
+    >>> train_text, sentences = held_out_sentences()
+    >>> any(sentence in train_text for sentence in sentences)
+    False
+    """
+    text = make_corpus(CORPUS_SENTENCES, seed=0)
+    cut = int(round(len(text) * (1 - HELD_OUT)))
+    train_text, rest = text[:cut], text[cut:]
+    after = rest[rest.index(". ") + 2:]  # drop the sentence the cut goes through
+    sentences = []
+    for sentence in (s.strip() + "." for s in after.split(".") if s.strip()):
+        if sentence not in train_text and sentence not in sentences:
+            sentences.append(sentence)
+    return train_text, sentences
+
+
 def corpus_split():
-    """Return ``vocab, train_ids, held_out_ids`` of the course corpus (the last tenth
-    held out).
+    """Return ``vocab, train_ids, held_out_ids`` of the course corpus: the first nine
+    tenths of its characters, and the unseen sentences after them
+    (:func:`held_out_sentences`).
 
     >>> vocab, train_ids, held_out = corpus_split()
     >>> len(train_ids) > 8 * len(held_out) > 0
@@ -91,9 +118,8 @@ def corpus_split():
     """
     text = make_corpus(CORPUS_SENTENCES, seed=0)
     vocab = build_vocab(text)
-    ids = encode(text, vocab)
-    cut = int(round(len(ids) * (1 - HELD_OUT)))
-    return vocab, ids[:cut], ids[cut:]
+    train_text, sentences = held_out_sentences()
+    return vocab, encode(train_text, vocab), encode(" ".join(sentences), vocab)
 
 
 def _chars_config():
@@ -108,6 +134,8 @@ def _config(name):
 
 
 def _batches(name):
+    if name in _DATA:  # recipes appended below with their own data
+        return _DATA[name]()
     recipe = RECIPES[name]
     if name == "recall":
         return recall_batches(RECALL_TASK, recipe.batch_size, recipe.seed)
@@ -140,7 +168,8 @@ def train_recipe(name, *, evaluate=None, every=None, lines=5, **changes):
 
 # The recipe's own code, and the core modules train_recipe calls into: what a model's
 # bits depend on in this package (model_key hashes them and nothing else of it).
-_RECIPE_CODE = (corpus_split, _chars_config, _config, _batches, train_recipe)
+_RECIPE_CODE = (held_out_sentences, corpus_split, _chars_config, _config, _batches,
+                train_recipe)
 _TRAINING_ROOTS = ("model.py", "text.py", "train.py")
 _CORE = pathlib.Path(__file__).resolve().parents[1]
 _PARSING = threading.Lock()
@@ -334,3 +363,68 @@ def held_out_recall(n=2000, seed=12345):
     seed)."""
     ids, targets, _ = recall_batch(RECALL_TASK, n, np.random.default_rng([seed]))
     return ids, targets[:, -1]
+
+
+# --- Chapter 11: Tiny Shakespeare -----------------------------------------------------
+# Two models of the same shape on nanoGPT's split (the first 90 % of the characters),
+# one reading characters, one reading byte-pair tokens; the same steps, batch and
+# window, so the same processor time.
+
+from .. import bpe as _bpe  # noqa: E402  (this section's own import)
+
+SHAKESPEARE_SHA256 = _bpe.SHA256
+SHAKESPEARE_MERGES = 256
+"""The byte-pair merges of the ``"shakespeare_bpe"`` model (vocabulary 256 + 256)."""
+
+
+def shakespeare_split(kind="chars"):
+    """Return ``tokenizer, train_ids, held_out_ids`` of Tiny Shakespeare on nanoGPT's
+    split: for ``kind="chars"`` the tokenizer is the sorted characters of the whole
+    text (65), for ``"bpe"`` the :data:`SHAKESPEARE_MERGES` merges learnt on the
+    training part alone.
+
+    >>> vocab, train_ids, held_out = shakespeare_split()
+    >>> len(vocab), len(train_ids), len(held_out)
+    (65, 1003854, 111540)
+    """
+    text = _bpe.shakespeare()
+    train_text, held_out_text = _bpe.split_text(text)
+    if kind == "chars":
+        vocab = build_vocab(text)
+        return vocab, encode(train_text, vocab), encode(held_out_text, vocab)
+    if kind == "bpe":
+        merges = _bpe.train_bpe(train_text, SHAKESPEARE_MERGES)
+        return (merges, _bpe.encode(train_text, merges),
+                _bpe.encode(held_out_text, merges))
+    raise ValueError(f"kind must be 'chars' or 'bpe', got {kind!r}")
+
+
+def _shakespeare_batches(kind):
+    recipe = RECIPES[f"shakespeare_{kind}"]
+    _, train_ids, _ = shakespeare_split(kind)
+    return window_batches(train_ids, recipe.data["T"], recipe.batch_size, recipe.seed)
+
+
+def _shakespeare_config(n_vocab):
+    return ModelConfig(n_vocab=n_vocab, T_max=64, D=64, heads=4, layers=2, ratio=4)
+
+
+RECIPES["shakespeare_chars"] = Recipe(
+    config=_shakespeare_config(65), steps=500, batch_size=16, lr=3e-3, warmup=50,
+    seed=11, betas=(0.9, 0.99), weight_decay=0.1,
+    data={"T": 64, "kind": "chars", "corpus": SHAKESPEARE_SHA256})
+RECIPES["shakespeare_bpe"] = Recipe(
+    config=_shakespeare_config(256 + SHAKESPEARE_MERGES), steps=500, batch_size=16,
+    lr=3e-3, warmup=50, seed=11, betas=(0.9, 0.99), weight_decay=0.1,
+    data={"T": 64, "kind": "bpe", "merges": SHAKESPEARE_MERGES,
+          "corpus": SHAKESPEARE_SHA256})
+_DATA = {"shakespeare_chars": lambda: _shakespeare_batches("chars"),
+         "shakespeare_bpe": lambda: _shakespeare_batches("bpe")}
+
+
+# The tokenizer's module and the corpus's digest (in the recipes' data) decide these
+# models' ids: the key covers them too (the corpus is checked against the digest when
+# it is read).
+_RECIPE_CODE = _RECIPE_CODE + (shakespeare_split, _shakespeare_batches,
+                               _shakespeare_config)
+_TRAINING_ROOTS = _TRAINING_ROOTS + ("bpe.py",)

@@ -1,17 +1,23 @@
-"""Checkers of attention exercises: causal (Chapter 3), mask (4), query offset (10)."""
+"""Checkers of attention exercises: causal attention and attention forward and backward
+from scratch (Chapter 3), mask (4), query offset (10)."""
 
 import math
 
 import numpy as np
 
-from ...layers.attention import (causal_attention, causal_mask, combine_masks,
+from ...layers.attention import (attention_backward, attention_forward,
+                                 causal_attention, causal_mask, combine_masks,
                                  key_padding_mask, key_valid_from_lengths)
+from ...softmax import softmax, softmax_backward
 from ..failed import CheckFailed
 from ..properties import assert_rows_sum_to_one
-from ._base import _array, _call, reports_unfinished
+from ..gradients import TOLERANCE, gradcheck
+from ._base import _array, _call, _sign_flipped, reports_unfinished
 
 __all__ = [
     "check_causal_attention",
+    "ATTENTION_BACKWARD_PROPERTIES",
+    "check_attention_backward",
     "check_attention_mask",
     "QUERY_OFFSET_PROPERTIES",
     "check_query_offset",
@@ -138,8 +144,9 @@ def check_causal_attention(fn, seed=0):
                 "causality",
                 f"query {idx[-2]} gives weight {P[idx]:.3g} to the later key "
                 f"{idx[-1]}; future keys must get weight exactly 0",
-                "set the scores of keys j > i to -inf before the softmax (a finite "
-                "-100 still leaks)",
+                "hide the keys j > i with a boolean visible mask, "
+                "softmax(S, causal_mask(T, T)), which leaves them out of the sum (a "
+                "fill of -100 still leaks a weight of about e^-100)",
             )
     t = 2  # change every key and value after position t
     key2, value2 = key.copy(), value.copy()
@@ -265,6 +272,137 @@ def check_causal_attention(fn, seed=0):
         "dropout contract",
         "offset",
     ]
+
+
+# --- Chapter 3: attention forward and backward, from scratch -------------------------
+
+ATTENTION_BACKWARD_PROPERTIES = ("returns O, dQ, dK, dV", "O", "dV", "dQ", "dK")
+
+
+def _attention_case(seed):
+    """``Q, K, V, G`` of unequal sizes (T, d, r) = (5, 3, 4), mild scores, dense G."""
+    rng = np.random.default_rng(seed)
+    T, d, r = 5, 3, 4
+    Q, K = (rng.standard_normal((T, d)) / 1.5 for _ in range(2))
+    return Q, K, rng.standard_normal((T, r)), rng.standard_normal((T, r))
+
+
+def _attention_wrong_versions(Q, K, V, G):
+    """The tempting wrong versions of each result, with the fix each one calls for."""
+    root_d = math.sqrt(Q.shape[-1])
+    S = Q @ K.T / root_d  # (T, d) x (d, T) -> (T, T)
+    A = softmax(S)
+    A_unscaled = softmax(Q @ K.T)  # (T, d) x (d, T) -> (T, T)
+    dA = G @ V.T  # (T, r) x (r, T) -> (T, T)
+    dS = softmax_backward(A, dA)
+    dS_numerator = A * dA  # the numerator path only
+    sqrt_fix = "divide the scores by sqrt(d): S = Q K^T / sqrt(d), d = Q.shape[-1]"
+    numerator_fix = ("the softmax backward keeps the numerator path only: subtract "
+                     "each row's mean of dA under A, dS = A * (dA - sum(A * dA, "
+                     "axis=-1, keepdims=True))")
+    return {
+        "O": [(A_unscaled @ V, sqrt_fix),  # (T, T) x (T, r) -> (T, r)
+              (softmax(S.T).T @ V, "normalise each query's row: softmax over the "
+                                   "last axis, the keys (not over the queries)"),
+              (S @ V, "read the values with the weights A = softmax(S), not "
+                      "with the scores S")],
+        "dV": [(A @ G, "transpose A: dV = A^T G, key j collects G from every query i "
+                       "that read it")],
+        "dQ": [(dS @ K, "divide by sqrt(d): dQ = dS K / sqrt(d)"),
+               (dS_numerator @ K / root_d, numerator_fix),
+               (dS.T @ K / root_d, "dQ = dS K / sqrt(d): query i sums over its keys j "
+                                   "(no transpose of dS)")],
+        "dK": [(dS.T @ Q, "divide by sqrt(d): dK = dS^T Q / sqrt(d)"),
+               (dS @ Q / root_d, "transpose dS: dK = dS^T Q / sqrt(d), key j sums "
+                                 "over the queries i that read it"),
+               (dS_numerator.T @ Q / root_d, numerator_fix)],
+    }
+
+
+def _attention_fix(name, got, wrong, default):
+    """The fix of the first wrong version ``got`` matches, else ``default``."""
+    for candidate, fix in wrong[name]:
+        if candidate.shape == got.shape and np.allclose(got, candidate, rtol=1e-6,
+                                                        atol=1e-9):
+            return fix
+    return default
+
+
+@reports_unfinished
+def check_attention_backward(fn, seed=0):
+    """Check a learner's ``fn(Q, K, V, G) -> (O, dQ, dK, dV)``, one attention head
+    written from scratch.
+
+    ``O = softmax(Q K^T / sqrt(d)) V`` (every key visible) and ``dQ, dK, dV`` are the
+    gradients of ``J = sum(G * O)``. Properties, in order: **returns O, dQ, dK, dV**
+    (four arrays of the shapes of ``O``, ``Q``, ``K``, ``V``); **O** (equal to the
+    package's :func:`~attncourse.layers.attention.attention_forward`); then **dV**,
+    **dQ**, **dK**, each compared with central differences of ``J`` over every
+    coordinate (steps and tolerance of :mod:`~attncourse.kit.gradients`). The first
+    that fails is named, with the likely fix: a missing transpose, a missing
+    ``1/sqrt(d)``, a softmax backward without its denominator path, a sign. Sizes are
+    unequal (``T=5, d=3, r=4``) and ``G`` is dense. Returns the properties checked.
+
+    >>> from attncourse.layers.attention import attention_backward, attention_forward
+    >>> def mine(Q, K, V, G):
+    ...     O, saved = attention_forward(Q, K, V)
+    ...     return (O, *attention_backward(saved, G))
+    >>> check_attention_backward(mine)[-1]
+    'dK'
+    """
+    Q, K, V, G = _attention_case(seed)
+    prop = "returns O, dQ, dK, dV"
+    result = _call(fn, prop, Q.copy(), K.copy(), V.copy(), G.copy())
+    if not (isinstance(result, tuple) and len(result) == 4):
+        got = f"{len(result)} values" if isinstance(result, tuple) else (
+            type(result).__name__)
+        raise CheckFailed(prop, f"expected a tuple (O, dQ, dK, dV), got {got}",
+                          "return O, dQ, dK, dV")
+    O, dQ, dK, dV = (_array(x, prop, dtype=np.float64) for x in result)
+    O_ref, saved = attention_forward(Q, K, V)
+    for name, got, want in (("O", O, O_ref), ("dQ", dQ, Q), ("dK", dK, K),
+                            ("dV", dV, V)):
+        if got.shape != want.shape:
+            raise CheckFailed(
+                prop,
+                f"{name} has shape {got.shape}, expected {want.shape} (Q {Q.shape}, "
+                f"K {K.shape}, V {V.shape}, G {G.shape})",
+                f"{name} has the shape of " + ("O = A V" if name == "O" else name[1:]),
+            )
+    wrong = _attention_wrong_versions(Q, K, V, G)
+    if not np.allclose(O, O_ref, rtol=1e-10, atol=1e-12):
+        raise CheckFailed(
+            "O",
+            "O differs from softmax(Q K^T / sqrt(d)) V by up to "
+            f"{np.max(np.abs(O - O_ref)):.1e}",
+            _attention_fix("O", O, wrong, "S = Q K^T / sqrt(d), A = softmax(S) row by "
+                                          "row, O = A V"),
+        )
+
+    def J(Q, K, V):
+        return float(np.sum(G * attention_forward(Q, K, V)[0]))
+
+    inputs = {"Q": Q, "K": K, "V": V}
+    reference = dict(zip(("dQ", "dK", "dV"), attention_backward(saved, G)))
+    defaults = {
+        "dV": "dV = A^T G",
+        "dQ": "dA = G V^T, dS = A * (dA - sum(A * dA, axis=-1, keepdims=True)), "
+              "dQ = dS K / sqrt(d)",
+        "dK": "dK = dS^T Q / sqrt(d), with dS as for dQ",
+    }
+    for name, got in (("dV", dV), ("dQ", dQ), ("dK", dK)):
+        report = gradcheck(J, inputs, {name[1:]: got})
+        if not report.passed:
+            fix = _attention_fix(name, got, wrong, defaults[name])
+            if _sign_flipped(got, reference[name]):
+                fix = f"{name} has the wrong sign: J grows along +{name}"
+            raise CheckFailed(
+                name,
+                f"{name} differs from central differences of J = sum(G * O) by up to "
+                f"{report.worst:.1e} (tolerance {TOLERANCE:.0e})",
+                fix,
+            )
+    return ATTENTION_BACKWARD_PROPERTIES
 
 
 # --- Chapter 4: the attention mask ----------------------------------------------------
@@ -464,9 +602,9 @@ def check_query_offset(fn, seed=0):
                 f"with query_offset={o}, query {i} (position {o + i}) gives "
                 f"weight {P[..., i, j].ravel()[0]:.3g} to the later key {j}; keys "
                 "after a query's position must get weight exactly 0",
-                "hide the keys j > query_offset + i (set their scores to -inf before "
-                "the softmax); a mask one key too wide, or placed by T_k - T_q "
-                "instead of query_offset, leaks",
+                "hide the keys j > query_offset + i with a boolean visible mask, "
+                "softmax(S, causal_mask(T_q, T_k, query_offset)); a mask one key too "
+                "wide, or placed by T_k - T_q instead of query_offset, leaks",
             )
     Qs, Ks, Vs, o, n = cases[0]
     K2, V2 = Ks.copy(), Vs.copy()

@@ -1,14 +1,21 @@
-"""Checker of Chapter 10's exercise on the key/value cache: its memory."""
+"""Checkers of Chapter 10's exercises on the key/value cache: a decode step, and the
+cache's memory."""
 
 import math
 
 import numpy as np
 
-from ...model import ModelConfig
+from ...model import ModelConfig, model_forward
 from ..failed import CheckFailed
-from ._base import _call, reports_unfinished
+from ..kvcache import DECODE_TOLERANCE as _DECODE_TOLERANCE
+from ._base import _array, _call, reports_unfinished
 
-__all__ = ["CACHE_MEMORY_PROPERTIES", "check_cache_memory"]
+__all__ = [
+    "CACHE_MEMORY_PROPERTIES",
+    "check_cache_memory",
+    "DECODE_STEP_PROPERTIES",
+    "check_decode_step",
+]
 
 
 CACHE_MEMORY_PROPERTIES = (
@@ -140,3 +147,193 @@ def check_cache_memory(fn):
             "of bytes_per_number bytes each",
         )
     return CACHE_MEMORY_PROPERTIES
+
+
+DECODE_STEP_PROPERTIES = (
+    "returns (logits, cache)",
+    "the given cache left unchanged",
+    "position advanced by one",
+    "keys and values appended once",
+    "logits equal recomputation",
+    "the cache equals the prefill's",
+    "several steps in a row",
+    "a batch of sequences",
+)
+
+
+def _decode_model():
+    """A small seeded model (float64, non-square: D = 12, 3 heads of 4, 2 blocks) and
+    two token sequences of its window."""
+    from ...model import init_model
+
+    config = ModelConfig(n_vocab=11, T_max=9, D=12, heads=3, layers=2, ratio=2)
+    params = init_model(config, seed=10, std=0.5)  # large weights: mistakes show
+    ids = np.random.default_rng(10).integers(0, config.n_vocab, size=(2, config.T_max))
+    return params, config, ids
+
+
+def _step(fn, prop, params, cache, ids, config):
+    out = _call(fn, prop, params, cache, ids, config=config)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise CheckFailed(
+            "returns (logits, cache)",
+            f"fn returned {type(out).__name__}, not a pair",
+            "return logits (..., n_vocab) and the new KVCache, in that order",
+        )
+    logits, new = out
+    if not (hasattr(new, "blocks") and hasattr(new, "position")):
+        raise CheckFailed(
+            "returns (logits, cache)",
+            f"the second result is a {type(new).__name__}, not a KVCache",
+            "return KVCache(tuple of BlockCache(keys, values), position + 1)",
+        )
+    return _array(logits, "returns (logits, cache)", np.float64), new
+
+
+def _compare_step(fn, params, config, cache, ids_next, want_logits, want_cache,
+                  prop, where):
+    """One step of the learner's ``fn``; raise CheckFailed naming what differs."""
+    from ..faults.kvcache import (decode_step_mask_ignores_offset,
+                                  decode_step_offset_off_by_one,
+                                  decode_step_position_not_offset)
+
+    before = [(b.keys.copy(), b.values.copy()) for b in cache.blocks]
+    logits, new = _step(fn, prop, params, cache, ids_next, config)
+    for (keys, values), block in zip(before, cache.blocks):
+        if not (np.array_equal(block.keys, keys)
+                and np.array_equal(block.values, values)):
+            raise CheckFailed(
+                "the given cache left unchanged",
+                f"{where}: the cache passed in was modified in place",
+                "build new arrays (block_forward's saved keys and values); "
+                "never write into the cache you were given",
+            )
+    t = cache.position
+    if new.position != t + 1:
+        raise CheckFailed(
+            "position advanced by one",
+            f"{where}: the new cache says position {new.position}, not {t + 1}",
+            "return KVCache(..., cache.position + 1, ...)",
+        )
+    if len(new.blocks) != config.layers:
+        raise CheckFailed(
+            "keys and values appended once",
+            f"{where}: the new cache has {len(new.blocks)} blocks, the model "
+            f"{config.layers}",
+            "keep one BlockCache per block",
+        )
+    for b, block in enumerate(new.blocks):
+        for name in ("keys", "values"):
+            rows = np.shape(getattr(block, name))[-2]
+            if rows == t + 1:
+                continue
+            if rows == t:
+                detail, fix = "not appended", (
+                    "keep block_forward's saved['attn']['K'] and ['V']: the cached "
+                    "rows and the new one")
+            elif rows > t + 1:
+                detail, fix = "appended twice", (
+                    "block_forward's saved['attn']['K'] and ['V'] already hold the "
+                    "cached rows (past) and the new one: keep them as they are, do "
+                    "not concatenate the cache again")
+            else:
+                detail, fix = "rows lost", "keep every cached row and the new one"
+            raise CheckFailed(
+                "keys and values appended once",
+                f"{where}: block {b}'s {name} have {rows} positions after the step, "
+                f"not t + 1 = {t + 1} ({detail})",
+                fix,
+            )
+    if logits.shape != want_logits.shape:
+        raise CheckFailed(
+            "returns (logits, cache)",
+            f"{where}: logits of shape {logits.shape}, expected {want_logits.shape}",
+            "return the logits of the new position only: Z[..., 0, :]",
+        )
+    diff = float(np.max(np.abs(logits - want_logits)))
+    if not diff <= _DECODE_TOLERANCE:
+        known = (
+            ("forgot the query offset: the one query sat at position 0 and read key "
+             "0 only", "call block_forward with query_offset = t = cache.position",
+             decode_step_mask_ignores_offset),
+            ("query_offset one short: the query never read its own key",
+             "the new query sits at position t: query_offset = t, not t - 1",
+             decode_step_offset_off_by_one),
+            ("the position row: the new token got P[0], not P[t]",
+             "add the position row of the new token, P[t] with t = cache.position",
+             decode_step_position_not_offset),
+        )
+        seen, fix = "", ("add the position row P[t], and call block_forward with "
+                         "past = the block's cached (keys, values) and "
+                         "query_offset = t")
+        for what, specific, planted in known:
+            with np.errstate(all="ignore"):
+                other, _ = planted(params, cache, ids_next, config=config)
+            if np.allclose(logits, other, rtol=0, atol=1e-9):
+                seen, fix = f" ({what})", specific
+                break
+        raise CheckFailed(
+            prop,
+            f"{where}: the logits differ from the full forward pass on the prefix "
+            f"by {diff:.2e}{seen}",
+            fix,
+        )
+    for b, (got, want) in enumerate(zip(new.blocks, want_cache.blocks)):
+        for name in ("keys", "values"):
+            g, w = np.asarray(getattr(got, name)), getattr(want, name)
+            if g.shape != w.shape or not np.allclose(g, w, rtol=0,
+                                                     atol=_DECODE_TOLERANCE):
+                raise CheckFailed(
+                    "the cache equals the prefill's",
+                    f"{where}: block {b}'s {name} differ from those prefill computes "
+                    f"on the {t + 1} tokens",
+                    "keep the keys and values block_forward computed for this block",
+                )
+    return new
+
+
+@reports_unfinished
+def check_decode_step(fn):
+    """Check a learner's ``fn(params, cache, ids, *, config) -> (logits, cache)``: one
+    decode step of the key/value cache, as :func:`attncourse.kvcache.decode_step`.
+
+    On a small seeded model (``D = 12``, 3 heads, 2 blocks, float64) it prefills a
+    prompt with :func:`attncourse.kvcache.prefill` and calls ``fn`` for the next token;
+    the logits must equal the last row of ``model_forward`` on the whole prefix (within
+    ``1e-12``) and the new cache the one ``prefill`` builds on the longer prefix. In
+    order: **returns (logits, cache)**, **the given cache left unchanged**, **position
+    advanced by one**, **keys and values appended once** (not forgotten, not twice),
+    **logits equal recomputation** (naming a forgotten query offset, an offset one
+    short or a missing position row when the logits are theirs), **the cache equals
+    the prefill's**, then **several steps in a row** (decoding to the end of the
+    window) and **a batch of sequences** (two, one token each). Returns the
+    properties checked.
+
+    >>> from attncourse.kvcache import decode_step
+    >>> check_decode_step(decode_step)[-1]
+    'a batch of sequences'
+    """
+    from ...kvcache import prefill
+
+    params, config, ids = _decode_model()
+    seq = ids[0]
+    p = 3
+    _, cache = prefill(params, seq[:p], config=config)
+    want_logits, _ = model_forward(params, seq[:p + 1], config=config)
+    _, want_cache = prefill(params, seq[:p + 1], config=config)
+    cache = _compare_step(fn, params, config, cache, seq[p], want_logits[-1],
+                          want_cache, "logits equal recomputation",
+                          f"the step after a prompt of {p} tokens")
+    for t in range(p + 1, config.T_max):
+        want_logits, _ = model_forward(params, seq[:t + 1], config=config)
+        _, want_cache = prefill(params, seq[:t + 1], config=config)
+        cache = _compare_step(fn, params, config, cache, seq[t], want_logits[-1],
+                              want_cache, "several steps in a row",
+                              f"the step at position {t} (prompt of {p})")
+    _, cache = prefill(params, ids[:, :p], config=config)
+    want_logits, _ = model_forward(params, ids[:, :p + 1], config=config)
+    _, want_cache = prefill(params, ids[:, :p + 1], config=config)
+    _compare_step(fn, params, config, cache, ids[:, p], want_logits[:, -1],
+                  want_cache, "a batch of sequences",
+                  f"a batch of 2 sequences, the step after {p} tokens")
+    return DECODE_STEP_PROPERTIES

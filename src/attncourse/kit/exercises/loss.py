@@ -40,6 +40,7 @@ def check_cross_entropy(fn):
         return result
 
     loss, dZ = run("loss is a scalar", Z, y)
+    loss = _array(loss, "loss is a scalar", np.float64)
     if np.ndim(loss) != 0:
         raise CheckFailed(
             "loss is a scalar",

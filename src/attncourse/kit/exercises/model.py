@@ -1,4 +1,5 @@
-"""Checkers of Chapter 6's model exercises: the parameter count, the tied gradient."""
+"""Checkers of Chapter 6's model exercises: the parameter count, the tied gradient,
+the model's backward composed from the layers'."""
 
 import dataclasses
 import math
@@ -16,6 +17,8 @@ __all__ = [
     "check_parameter_count",
     "TIED_GRADIENT_PROPERTIES",
     "check_tied_gradient",
+    "MODEL_BACKWARD_PROPERTIES",
+    "check_model_backward",
 ]
 
 
@@ -289,3 +292,133 @@ def check_tied_gradient(fn):
             fix,
         )
     return TIED_GRADIENT_PROPERTIES
+
+
+# --- Chapter 6: the model's backward, composed ----------------------------------------
+
+MODEL_BACKWARD_PROPERTIES = (
+    "returns dparams",
+    "the nesting of params",
+    "the unembedding and the final norm",
+    "every block, in reverse order",
+    "positions and the lookup",
+    "the tied table: both uses, added",
+)
+
+
+def _backward_case(tied):
+    """A small padded two-block model (non-square tables), moved off its initial
+    point, its forward stash and a dense random ``dZ``."""
+    from ...layers.attention import key_valid_from_lengths
+    from ...model import init_model, model_forward
+    from ...params import flatten_params, unflatten_params
+
+    config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2, ratio=3, tied=tied)
+    start = init_model(config, seed=8, std=0.5)
+    rng = np.random.default_rng(2)
+    params = unflatten_params(
+        {path: W + 0.1 * rng.normal(size=W.shape)
+         for path, W in flatten_params(start).items()}, start)
+    ids = np.random.default_rng(6).integers(0, config.n_vocab, size=(2, 3))
+    key_valid = key_valid_from_lengths([2, 3], 3, side="left")
+    logits, saved = model_forward(params, ids, config=config, key_valid=key_valid)
+    dZ = np.random.default_rng(5).normal(size=logits.shape)  # (B, T, n_vocab)
+    return params, saved, dZ
+
+
+def _backward_order(flat, layers):
+    """The dotted paths in the order the backward pass reaches them."""
+    top = [p for p in flat if p.startswith(("unembed.", "ln_f."))]
+    blocks = [p for l in reversed(range(layers)) for p in flat
+              if p.startswith(f"blocks.{l}.")]
+    bottom = [p for p in flat if p.startswith(("pos.", "embed."))]
+    return top + blocks + bottom
+
+
+@reports_unfinished
+def check_model_backward(fn):
+    """Check a learner's ``fn(params, saved, dZ) -> dparams``: the whole model's
+    backward pass, composed from the layers' backward functions.
+
+    ``saved`` is what :func:`attncourse.model.model_forward` stashed (``saved["tied"]``
+    says whether the unembedding is ``E^T``); ``dparams`` must nest like ``params``.
+    The checker runs an untied and a tied padded two-block model and compares every
+    gradient with :func:`attncourse.model.model_backward` (itself checked by finite
+    differences in Chapter 6), in the order the backward pass reaches them, and names
+    the first layer whose gradient is wrong with its likely fix. Returns the names of
+    the properties checked.
+    """
+    from ...layers.linear import linear_backward
+    from ...model import model_backward
+    from ...params import flatten_params
+
+    for tied in (False, True):
+        params, saved, dZ = _backward_case(tied)
+        kind = "tied" if tied else "untied"
+        dZ_before = dZ.copy()
+        result = _call(fn, "returns dparams", params, saved, dZ)
+        if isinstance(result, tuple) and len(result) == 2 and result[1] is None:
+            result = result[0]  # (dparams, None), as model_backward returns
+        if not isinstance(result, dict):
+            raise CheckFailed(
+                "returns dparams",
+                f"fn returned {type(result).__name__} on the {kind} model",
+                "return the gradients as a dict nested like params",
+            )
+        if not np.array_equal(dZ, dZ_before):
+            raise CheckFailed("returns dparams", "fn changed dZ in place",
+                              "compute new arrays; leave the inputs as they are")
+        reference = flatten_params(model_backward(params, saved, dZ)[0])
+        prop = "the nesting of params"
+        try:
+            got = {name: _array(g, prop, dtype=np.float64)
+                   for name, g in flatten_params(result).items()}
+        except (TypeError, ValueError, AttributeError) as e:
+            raise CheckFailed(prop, f"the gradients could not be read ({e})",
+                              "return dparams nested like params") from e
+        if set(got) != set(reference):
+            extra = sorted(set(got) - set(reference))
+            missing = sorted(set(reference) - set(got))
+            fix = ("a tied model has no unembed: fold dU^T into embed.E" if tied
+                   and "unembed.W" in extra else "return one gradient per parameter, "
+                   "nested like params (blocks as a list)")
+            raise CheckFailed(prop, f"{kind} model: extra {extra}, missing {missing}",
+                              fix)
+        layers = len(params["blocks"])
+        for name in _backward_order(reference, layers):
+            g, want = got[name], reference[name]
+            if g.shape == want.shape and np.allclose(g, want, rtol=1e-9, atol=1e-12):
+                continue
+            where = f"{kind} model: {name} is wrong"
+            if name.startswith(("unembed.", "ln_f.")):
+                raise CheckFailed(
+                    "the unembedding and the final norm", where,
+                    "start from dZ: linear_backward with U (E^T when tied) and "
+                    "saved['unembed'], then layernorm_backward with saved['ln_f']")
+            if name.startswith("blocks."):
+                fix = ("walk the blocks in reversed order, each with its own params "
+                       "and saved['blocks'][l], passing the dX it returns to the "
+                       "block below")
+                raise CheckFailed("every block, in reverse order", where, fix)
+            if name == "embed.E" and tied:
+                break  # diagnosed below
+            raise CheckFailed(
+                "positions and the lookup", where,
+                "after block 0: positions_backward, then embedding_backward, each with "
+                "the dX from the layer above")
+        else:
+            continue
+        d_unembed, _ = linear_backward({"W": params["embed"]["E"].T}, saved["unembed"],
+                                       dZ)  # the unembedding's use of E
+        dU_T = d_unembed["W"].T
+        lookup = reference["embed.E"] - dU_T
+        g = got["embed.E"]
+        if np.allclose(g, lookup, rtol=1e-9, atol=1e-12):
+            fix = "add the unembedding's gradient: dE = dE_lookup + dU^T"
+        elif np.allclose(g, dU_T, rtol=1e-9, atol=1e-12):
+            fix = "add the lookup's gradient: dE = dE_lookup + dU^T"
+        else:
+            fix = "E is used twice: dE = dE_lookup + dU^T, the two gradients added"
+        raise CheckFailed("the tied table: both uses, added",
+                          "tied model: embed.E is wrong", fix)
+    return MODEL_BACKWARD_PROPERTIES

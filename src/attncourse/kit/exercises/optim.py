@@ -1,4 +1,5 @@
-"""Checkers of Chapter 7's optimiser exercises: one AdamW step, global-norm clipping."""
+"""Checkers of Chapter 7's optimiser exercises: one AdamW step, global-norm clipping,
+the training loop."""
 
 import math
 
@@ -6,13 +7,15 @@ import numpy as np
 
 from ...optim import adamw_step, global_norm
 from ..failed import CheckFailed
-from ._base import _array, reports_unfinished
+from ._base import _array, _call, reports_unfinished
 
 __all__ = [
     "ADAMW_STEP_PROPERTIES",
     "check_adamw_step",
     "CLIP_BY_GLOBAL_NORM_PROPERTIES",
     "check_clip_by_global_norm",
+    "TRAINING_LOOP_PROPERTIES",
+    "check_training_loop",
 ]
 
 
@@ -80,17 +83,8 @@ def _same_tree(a, b):
 
 def _adamw_call(fn, property, params, grads, state, **hyper):
     """Call the learner's AdamW step on copies; check it returns (params, state)."""
-    try:
-        result = fn(_copied(params), _copied(grads), _copied(state), **hyper)
-    except NotImplementedError:
-        raise
-    except Exception as e:  # the learner's code may fail in any way: name the property
-        raise CheckFailed(
-            property,
-            f"fn(params, grads, state, lr=..., betas=..., "
-            f"eps=..., weight_decay=...) raised {type(e).__name__}: {e}",
-            "make the function run on these inputs (see the traceback above)",
-        ) from e
+    result = _call(fn, property, _copied(params), _copied(grads), _copied(state),
+                   **hyper)
     prop, fix = (
         "returns (params, state)",
         (
@@ -348,17 +342,8 @@ def _clip_call(fn, property, grads, max_norm):
     from ...params import flatten_params
 
     given = _nested_copy(grads)
-    try:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            result = fn(given, max_norm)
-    except NotImplementedError:
-        raise
-    except Exception as e:  # the learner's code may fail in any way: name the property
-        raise CheckFailed(
-            property,
-            f"fn(grads, max_norm={max_norm:.4g}) raised {type(e).__name__}: {e}",
-            "make the function run on these inputs (see the traceback above)",
-        ) from e
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        result = _call(fn, property, given, max_norm)
     fix = (
         "return (clipped, norm): clipped nested like grads (the same keys, list "
         "lengths and array shapes), norm one number"
@@ -551,3 +536,148 @@ def check_clip_by_global_norm(fn, seed=0):
         bad = "NaN" if any(np.any(np.isnan(a)) for a in out.values()) else "nonzero"
         raise CheckFailed(prop, f"all-zero grads come back with {bad} entries", fix)
     return CLIP_BY_GLOBAL_NORM_PROPERTIES
+
+
+# --- Chapter 7: the training loop -----------------------------------------------------
+
+TRAINING_LOOP_PROPERTIES = (
+    "returns (params, losses)",
+    "purity",
+    "the first loss",
+    "one loss per step",
+    "the parameters after training",
+)
+
+_LOOP = dict(steps=6, lr=0.05, warmup=2, clip=0.05, weight_decay=0.1, betas=(0.9, 0.99))
+
+
+def _loop_case():
+    """A small float64 model (non-square tables) and a batch function seeded by the
+    step."""
+    from ...model import ModelConfig, init_model
+
+    config = ModelConfig(n_vocab=7, T_max=5, D=6, heads=2, layers=1, ratio=2)
+    params = init_model(config, seed=3, std=0.3)
+
+    def batch(step):
+        rng = np.random.default_rng([7, step])
+        ids = rng.integers(0, config.n_vocab, size=(3, 5))
+        return ids[:, :-1], ids[:, 1:], None
+
+    return config, params, batch
+
+
+def _loop(params, batch, *, config, steps, lr, warmup, clip, weight_decay, betas,
+          slip=None):
+    """The loop of ``attncourse.train`` in a few lines, or with one typical ``slip``."""
+    from ...model import model_loss
+    from ...optim import adamw_init, clip_by_global_norm, lr_at
+
+    state, losses, summed = adamw_init(params), [], None
+    for step in range(1, steps + 1):
+        if slip == "state reset every step":
+            state = adamw_init(params)
+        ids, targets, counted = batch(step)
+        loss, grads = model_loss(params, ids, targets, config=config, counted=counted)
+        if slip == "gradients summed over steps":
+            summed = grads if summed is None else _add(summed, grads)
+            grads = summed
+        if slip != "no clipping (or clipping after the step)":
+            grads, _ = clip_by_global_norm(grads, clip)
+        rate = lr if slip == "a constant learning rate" else lr_at(
+            step, lr=lr, warmup=warmup, total=steps)
+        params, state = adamw_step(params, grads, state, lr=rate, betas=betas,
+                                   weight_decay=weight_decay)
+        losses.append(loss)
+    return params, np.array(losses)
+
+
+def _add(a, b):
+    if isinstance(a, dict):
+        return {k: _add(a[k], b[k]) for k in a}
+    if isinstance(a, list):
+        return [_add(x, y) for x, y in zip(a, b)]
+    return a + b
+
+
+_LOOP_SLIPS = {
+    "no clipping (or clipping after the step)":
+        "clip the gradients (clip_by_global_norm) before adamw_step uses them",
+    "state reset every step":
+        "create the AdamW state once, before the loop, and carry the state each step "
+        "returns into the next",
+    "gradients summed over steps":
+        "use each step's own gradients: model_loss returns fresh ones, add nothing up",
+    "a constant learning rate":
+        "take the rate of step s from lr_at(s, lr=lr, warmup=warmup, total=steps)",
+}
+
+
+@reports_unfinished
+def check_training_loop(fn):
+    """Check a learner's ``fn(params, batch, *, config, steps, lr, warmup, clip,
+    weight_decay, betas) -> (params, losses)``: the training loop.
+
+    ``batch(step)`` gives ``(ids, targets, counted)`` for ``step = 1 .. steps``;
+    ``losses[s - 1]`` is the loss of step ``s``, before its update. Each step clips the
+    gradients by their global norm, then takes an AdamW step at the rate ``lr_at``
+    gives. The checker trains a small float64 model for six steps, with a clip that is
+    active, against the package's pieces, and names a typical slip (no clipping or
+    clipping after the step, the optimiser state reset, gradients summed over steps, a
+    constant rate) when the result matches it. Returns the names of the properties
+    checked.
+    """
+    from ...params import flatten_params
+
+    config, params, batch = _loop_case()
+    before = {k: v.copy() for k, v in flatten_params(params).items()}
+    result = _call(fn, "returns (params, losses)", params, batch, config=config,
+                   **_LOOP)
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise CheckFailed("returns (params, losses)",
+                          f"fn returned {type(result).__name__}",
+                          "return the trained params and the list of losses")
+    got_params, got_losses = result
+    if any(not np.array_equal(v, before[k]) for k, v in flatten_params(params).items()):
+        raise CheckFailed("purity", "the params passed in were changed",
+                          "adamw_step returns new params: assign them, change nothing "
+                          "in place")
+    want_params, want_losses = _loop(params, batch, config=config, **_LOOP)
+    losses = _array(got_losses, "one loss per step", dtype=np.float64).ravel()
+    if losses.shape != want_losses.shape:
+        raise CheckFailed("one loss per step",
+                          f"got {losses.size} losses for {_LOOP['steps']} steps",
+                          "append the loss of every step, steps 1 .. steps")
+    if not math.isclose(losses[0], want_losses[0], rel_tol=1e-12):
+        raise CheckFailed("the first loss",
+                          f"got {losses[0]!r}, the loss of batch(1) is "
+                          f"{want_losses[0]!r}",
+                          "steps count from 1: call batch(1) first, record the loss "
+                          "before the update")
+    try:
+        flat = {k: _array(v, "the parameters after training", dtype=np.float64)
+                for k, v in flatten_params(got_params).items()}
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CheckFailed("the parameters after training",
+                          f"the params could not be read ({e})",
+                          "return the params adamw_step returned last") from e
+    want = flatten_params(want_params)
+    right = set(flat) == set(want) and all(
+        flat[k].shape == want[k].shape and np.allclose(flat[k], want[k], rtol=1e-9,
+                                                       atol=1e-12) for k in want)
+    if right and np.allclose(losses, want_losses, rtol=1e-9):
+        return TRAINING_LOOP_PROPERTIES
+    for slip, fix in _LOOP_SLIPS.items():
+        slip_params, slip_losses = _loop(params, batch, config=config, **_LOOP,
+                                         slip=slip)
+        slipped = flatten_params(slip_params)
+        if set(flat) == set(slipped) and np.allclose(losses, slip_losses, rtol=1e-9) \
+                and all(np.allclose(flat[k], slipped[k], rtol=1e-9) for k in slipped):
+            raise CheckFailed("the parameters after training",
+                              f"the result is that of a loop with {slip}", fix)
+    prop = "one loss per step" if not np.allclose(losses, want_losses, rtol=1e-9) \
+        else "the parameters after training"
+    raise CheckFailed(prop, "the losses or the final parameters differ from the "
+                      "package's loop",
+                      "each step: batch(step), model_loss, clip_by_global_norm, "
+                      "adamw_step at lr_at(step, ...) with the carried state")

@@ -46,6 +46,26 @@ def _top_k_result(fn, logits, k):
     return P
 
 
+def _in_token_order(P, expected, what):
+    """Name a result left in sorted order (the kept probabilities, largest first, not
+    moved back to their tokens) under "returns probabilities", before any property
+    of the kept set is blamed."""
+    ranked = -np.sort(-expected, axis=-1)  # each row's probabilities, largest first
+    wrong = ~np.all(np.isclose(P, expected, rtol=1e-12, atol=1e-12), axis=-1)
+    as_ranked = np.all(np.isclose(P, ranked, rtol=1e-12, atol=1e-12), axis=-1)
+    if np.any(wrong & as_ranked):
+        row = int(np.argmax(wrong & as_ranked))
+        raise CheckFailed(
+            "returns probabilities",
+            f"{what}: row {row} holds the right probabilities in sorted order, "
+            f"largest first, not at their tokens: token "
+            f"{int(np.argmax(expected[row]))} is the most probable, its "
+            f"probability sits at position 0",
+            "P[..., i] is the probability of token i: put the kept probabilities "
+            "back at their tokens (np.put_along_axis(P, order, kept, axis=-1))",
+        )
+
+
 @reports_unfinished
 def check_top_k(fn):
     """Check a learner's ``fn(logits, k) -> P``: softmax, keep the top k, renormalise.
@@ -73,6 +93,7 @@ def check_top_k(fn):
     for k in (1, 3, 6, n_vocab, 10):
         P = _top_k_result(fn, logits, k)
         expected = probabilities(logits, top_k=k)
+        _in_token_order(P, expected, f"k={k}")
         kept = P != 0
         counts = kept.sum(axis=-1)
         want = min(k, n_vocab)
@@ -162,7 +183,10 @@ def _top_p_result(fn, logits, p):
 
 def _top_p_kept(fn, logits, p):
     """The learner's result for ``(logits, p)``, its first four properties checked."""
+    from ...sample import probabilities
+
     P = _top_p_result(fn, logits, p)
+    _in_token_order(P, probabilities(logits, top_p=p), f"p={p}")
     top = np.argmax(logits, axis=-1)
     at_top = np.take_along_axis(P, top[:, None], axis=-1)[:, 0]
     if not np.all(at_top > 0):  # NaN fails too: nothing kept, then 0 / 0

@@ -33,18 +33,7 @@ def _state_of(S, V):
 
 
 def _merged(fn, property, a, b):
-    try:
-        result = fn(a, b)
-    except NotImplementedError:
-        raise
-    except Exception as e:  # the learner's code may fail in any way: name the property
-        shapes = ", ".join(str(tuple(np.shape(x) for x in s)) for s in (a, b))
-        raise CheckFailed(
-            property,
-            f"calling it on states of shapes {shapes} raised {type(e).__name__}: {e}",
-            "make the function run on these "
-            "inputs (the traceback above shows where it failed)",
-        ) from e
+    result = _call(fn, property, a, b)
     if not (isinstance(result, (tuple, list)) and len(result) == 3):
         raise CheckFailed(
             "returns (m, l, o)",
