@@ -151,3 +151,48 @@ def test_chapter_pages_offer_download_and_launch(html):
                 "(stale build?)"
             )
     assert not problems, "\n".join(problems)
+
+
+def lesson_share():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "lesson_share", booksite.ROOT / "tools" / "lesson_share.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def lesson_problems(page_html):
+    """What breaks the presentation rule (book/intro.md, "How to read this book") on a
+    chapter page, as tools/lesson_share.py measures it: more than 200 visible code
+    lines, more than 20 % check paragraphs, an import cell in view."""
+    counts = lesson_share().chapter_counts(page_html)
+    share = 100 * counts["checking"] / max(counts["paragraphs"], 1)
+    return [problem for problem, broken in [
+        (f"{counts['code']} visible code lines", counts["code"] > 200),
+        (f"{share:.1f} % check paragraphs", share > 20),
+        ("the import cell in view", not counts["imports_folded"])] if broken]
+
+
+def test_every_chapter_keeps_the_lesson_on_its_main_path(html):
+    pages = sorted((html / "chapters").glob("*.html"))
+    assert pages
+    problems = {page.stem: lesson_problems(page.read_text(encoding="utf-8"))
+                for page in pages}
+    assert {page: found for page, found in problems.items() if found} == {}
+
+
+def test_the_lesson_rule_sees_a_page_that_breaks_it():
+    # fault control: code in view, check paragraphs, an unfolded import cell
+    cell = '<div class="cell"><div class="cell_input"><pre>{}</pre></div></div>'
+    words = "a paragraph of eight words or more about {}"
+    page = ("<main>" + cell.format("import numpy") + cell.format("x = 1\n" * 201)
+            + "".join(f"<p>{words.format('a planted fault')}</p>" for _ in range(3))
+            + f"<p>{words.format('the idea')}</p></main>")
+    assert lesson_problems(page) == ["202 visible code lines",
+                                     "75.0 % check paragraphs",
+                                     "the import cell in view"]
+    folded = page.replace(cell.format("import numpy"),
+                          f"<details>{cell.format('import numpy')}</details>")
+    assert "the import cell in view" not in lesson_problems(folded)

@@ -16,7 +16,6 @@ from numpy.testing import assert_allclose, assert_array_equal
 from attncourse._validate import shaped
 from attncourse.kit.faults import attention as fa
 from attncourse.kit.faults import softmax as fs
-from attncourse.kvcache import incremental_attention, incremental_attention_backward
 from attncourse.layers import attention as la
 from attncourse.kit import CheckFailed
 from attncourse.kit import conformance as cf
@@ -34,8 +33,7 @@ IMPLEMENTATIONS = [
     tiled_implementation(3, 2),  # rectangular; 3 divides T = 3 and 6, not 4 and 5
     tiled_implementation(4, 5),  # 5 divides T_k = 5 of T_q < T_k, not T = 4 and 6
     tiled_implementation(64),  # one tile larger than any T of the suite
-    cf.Implementation("cached", incremental_attention, incremental_attention_backward,
-                      offsets=True),  # Chapter 10: one query at a time, keys so far
+    cf.CACHED,  # Chapter 10: one query at a time, keys so far
 ]
 
 
@@ -113,6 +111,48 @@ def test_the_definition_gives_empty_rows_zero_and_broadcasts():
     O_ref, A_ref = la.causal_attention(Q, K, V, key_valid=key_valid)
     assert_allclose(O, O_ref, rtol=1e-13, atol=1e-15)
     assert_array_equal(A == 0, A_ref == 0)
+
+
+# --- the cache's attention pattern (Chapter 10) ---------------------------------------
+
+ATOL = 1024 * np.finfo(np.float64).eps  # ~2.3e-13: rounding of a few hundred operations
+
+
+def test_incremental_attention_broadcasts_a_batch_held_by_the_keys_alone():
+    rng = np.random.default_rng(8)
+    T_q, T_k, d, r, offset = 3, 5, 4, 2, 2
+    Q, K = rng.normal(size=(T_q, d)), rng.normal(size=(2, T_k, d))
+    V, G = rng.normal(size=(T_k, r)), rng.normal(size=(2, T_q, r))
+    O, A = cf.incremental_attention(Q, K, V, offset)
+    O_ref, A_ref = la.causal_attention(Q, K, V, offset)
+    assert O.shape == (2, T_q, r) and A.shape == (2, T_q, T_k)
+    assert_allclose(O, O_ref, rtol=0, atol=ATOL)
+    assert_allclose(A, A_ref, rtol=0, atol=ATOL)
+    for got, want in zip(cf.incremental_attention_backward(Q, K, V, G, offset),
+                         la.causal_attention_backward(Q, K, V, G, offset)):
+        assert got.shape == want.shape
+        assert_allclose(got, want, rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("inputs", [np.float64, np.float32])
+def test_incremental_attention_backward_takes_a_float32_G_as_the_reference_does(inputs):
+    # G in float32 (a float32 model's upstream gradient): the gradients are the
+    # reference's, in the reference's dtype -- float32 only if Q, K, V are float32 too
+    rng = np.random.default_rng(9)
+    T_q, T_k, d, r, offset = 3, 5, 4, 2, 2
+    Q, K, V = (rng.normal(size=(2, n, w)).astype(inputs)
+               for n, w in ((T_q, d), (T_k, d), (T_k, r)))
+    G = rng.normal(size=(2, T_q, r)).astype(np.float32)
+    eps = np.finfo(np.result_type(inputs, np.float32)).eps
+    for got, want in zip(cf.incremental_attention_backward(Q, K, V, G, offset),
+                         la.causal_attention_backward(Q, K, V, G, offset)):
+        assert got.dtype == want.dtype == np.result_type(inputs, np.float32)
+        assert_allclose(got, want, rtol=0, atol=64 * eps)
+    with pytest.raises(ValueError, match=r"G must have the shape of the output, "
+                                         r"\(2, 3, 2\), got \(2, 3, 3\)"):
+        cf.incremental_attention_backward(Q, K, V, G[..., [0, 1, 1]], offset)
+    with pytest.raises(ValueError, match=r"^G must be an array of numbers"):
+        cf.incremental_attention_backward(Q, K, V, np.full((2, T_q, r), "a"), offset)
 
 
 # --- the failure listers of Chapter 4 -------------------------------------------------

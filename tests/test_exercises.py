@@ -261,8 +261,8 @@ def package_embedding_backward(dX, ids, n_vocab):
 
 def test_one_hot_and_embedding_checkers_pass_the_reference_and_name_failures():
     assert check_one_hot(one_hot) == ex.ONE_HOT_PROPERTIES
-    assert len(check_one_hot(one_hot)) == 5
-    assert len(check_embedding_backward(package_embedding_backward)) == 5
+    assert len(check_one_hot(one_hot)) == 7
+    assert len(check_embedding_backward(package_embedding_backward)) == 6
     with pytest.raises(CheckFailed, match="^shape"):
         check_one_hot(lambda ids, n: one_hot(ids, n)[..., :-1])
     with pytest.raises(CheckFailed, match="^the 1 sits at the id"):
@@ -285,6 +285,32 @@ def test_one_hot_and_embedding_checkers_pass_the_reference_and_name_failures():
                 n,
             )
         )
+
+
+def test_one_hot_must_be_a_float_array():
+    """Chapter 1 asks for a float array: an integer or boolean one-hot is named."""
+    for dtype in (int, bool):
+        error = failure(check_one_hot, lambda i, n, t=dtype: one_hot(i, n).astype(t))
+        assert error.property == "a float array"
+        assert f"dtype {np.dtype(dtype)}" in error.detail and "astype" in error.fix
+    assert check_one_hot(lambda ids, n: one_hot(ids, n).astype(np.float32))
+
+
+def test_one_hot_and_embedding_checkers_want_their_inputs_unchanged():
+    def clobbers_ids(ids, n_vocab):
+        out = one_hot(ids, n_vocab)
+        ids[...] = 0
+        return out
+
+    def scales_dX(dX, ids, n_vocab):
+        dE = package_embedding_backward(dX, ids, n_vocab)
+        dX *= 2.0
+        return dE
+
+    error = failure(check_one_hot, clobbers_ids)
+    assert error.property == "inputs unchanged" and "ids" in error.detail
+    error = failure(check_embedding_backward, scales_dX)
+    assert error.property == "inputs unchanged" and "the dX" in error.detail
 
 
 def test_one_hot_must_reject_a_negative_id():
@@ -567,8 +593,29 @@ def test_reference_and_a_correct_variant_pass():
     assert check_causal_attention(make()) == PROPERTIES
     # mathematically the same
     assert check_causal_attention(make(mask="after", renormalise=True)) == PROPERTIES
-    # exp(-1e4) is exactly 0 in float64
-    assert check_causal_attention(make(neg=-1e4)) == PROPERTIES
+    # fills far below every score, even the scores near -7e4 the checker tries
+    assert check_causal_attention(make(neg=-1e9)) == PROPERTIES
+    assert check_causal_attention(make(neg=np.finfo(float).min)) == PROPERTIES
+
+
+def test_a_finite_fill_above_large_scores_fails_causality():
+    """exp(-1e4) is 0 for scores near 0, but scores near -7e4 put a -1e4 fill on top."""
+    error = failure(check_causal_attention, make(neg=-1e4))
+    assert error.property == "causality"
+    assert "a finite fill such as -1e4" in error.detail and "-6.93e+04" in error.detail
+    assert "boolean visible mask" in error.fix and "inf" not in error.fix
+
+
+def test_causal_attention_and_query_offset_want_their_inputs_unchanged():
+    def scales_query(query, key, value, query_offset=0, dropout=None):
+        result = causal_attention(query, key, value, query_offset)
+        query *= 2.0
+        return result if dropout is None else (dropout(result[1]) @ value, result[1])
+
+    error = failure(check_causal_attention, scales_query)
+    assert error.property == "inputs unchanged" and "the query" in error.detail
+    error = failure(ex.check_query_offset, scales_query)
+    assert error.property == "inputs unchanged" and "the query" in error.detail
 
 
 @pytest.mark.parametrize(
@@ -842,13 +889,14 @@ def test_a_mask_with_a_fixed_length_is_caught_on_the_second_batch():
     assert shown(CASES[1]) in message
 
 
-def test_the_mask_checker_gets_a_copy_of_key_valid():
+def test_the_mask_checker_names_a_function_that_writes_into_key_valid():
     def scribbles(T, kv):
         visible = reference_mask(T, kv)
         kv[:] = True  # a careless learner overwrites its input
         return visible
 
-    assert verdict(scribbles) == "check_attention_mask: all 5 properties hold"
+    error = failure(check_attention_mask, scribbles)
+    assert error.property == "inputs unchanged" and "key_valid" in error.detail
 
 
 def test_the_chapter_solution_passes_the_mask_checker():
@@ -1218,6 +1266,34 @@ def test_check_top_k_names_the_failed_property(fn, prop):
         check_top_k(fn)
     assert info.value.property == prop
     assert info.value.fix
+
+
+def _top_k_argpartition(logits, k):
+    """The k largest by np.argpartition: right on distinct logits, no order at ties."""
+    k = min(k, logits.shape[-1])
+    top = np.argpartition(-logits, k - 1, axis=-1)[..., :k]
+    keep = np.zeros(logits.shape, dtype=bool)
+    np.put_along_axis(keep, top, True, axis=-1)
+    return softmax(np.where(keep, logits, -np.inf))
+
+
+def test_check_top_k_tries_random_tied_rows_against_the_tie_rule():
+    from attncourse.kit.exercises import check_top_k
+    from attncourse.kit.exercises import sample as ex_sample
+
+    error = failure(check_top_k, _top_k_argpartition)
+    assert error.property == "ties: the lowest token id"
+    assert "random rows with tied logits" in error.detail
+    assert "argpartition" in error.fix and "kind='stable'" in error.fix
+    # the one fixed tied row alone lets it through: the random rows are what catch it
+    quiet = []
+    original = ex_sample._random_ties
+    ex_sample._random_ties = quiet.append
+    try:
+        assert check_top_k(_top_k_argpartition) == ex_sample.TOP_K_PROPERTIES
+    finally:
+        ex_sample._random_ties = original
+    assert quiet == [_top_k_argpartition]
 
 
 def test_check_top_k_accepts_the_reference_and_a_softmax_over_the_kept_logits():
@@ -1684,6 +1760,65 @@ def _last_tile_dropped(Q, K, V, block):
 )
 def test_check_tile_loop_names_the_failed_property(fn, prop):
     assert failure(ex.check_tile_loop, fn).property == prop
+
+
+def _every_tile(Q, K, V, block):
+    """Right output, but every tile visited: those above the diagonal fully masked."""
+    return _tile_loop(
+        Q, K, V, block, tiles=lambda *a: causal_tiles(*a, causal=False), mask=True
+    )
+
+
+def test_check_tile_loop_counts_the_tiles_above_the_diagonal():
+    error = failure(ex.check_tile_loop, _every_tile)
+    assert error.property == "skips the tiles above the diagonal"
+    assert "tile_state 9 times" in error.detail and "only 6 of the 9" in error.detail
+    assert "j0 <= i1 - 1" in error.fix
+
+
+def test_check_tile_loop_counts_merges_when_tile_state_is_the_learners_own():
+    def own_tile_state(S, V, visible, package=tile_state):
+        return package(S, V, visible)  # called by its own name: not counted
+
+    def every_tile_own_state(Q, K, V, block):
+        T, r = Q.shape[0], V.shape[1]
+        O = np.zeros((T, r))
+        for i0 in range(0, T, block):
+            i1 = min(i0 + block, T)
+            state = empty_state((i1 - i0,), r)
+            for j0 in range(0, T, block):
+                j1 = min(j0 + block, T)
+                S = Q[i0:i1] @ K[j0:j1].T / math.sqrt(Q.shape[1])  # (bq, d) x (d, bk)
+                visible = np.arange(j0, j1)[None, :] <= np.arange(i0, i1)[:, None]
+                state = merge_states(state, own_tile_state(S, V[j0:j1], visible))
+            O[i0:i1] = finish_state(state)[0]
+        return O
+
+    error = failure(ex.check_tile_loop, every_tile_own_state)
+    assert error.property == "skips the tiles above the diagonal"
+    assert "merge_states 9 times" in error.detail
+    # the names are restored after the check
+    from attncourse import tiled as package_tiled
+
+    for name in ("tile_state", "merge_states"):
+        assert globals()[name] is getattr(package_tiled, name)
+
+
+def test_tile_loop_and_merge_checkers_want_their_inputs_unchanged():
+    def shifts_V(Q, K, V, block):
+        O = _tile_loop(Q, K, V, block)
+        V -= V.mean()
+        return O
+
+    def rescales_a(a, b):
+        merged = merge_states(a, b)
+        a[2][...] = 0.0
+        return merged
+
+    error = failure(ex.check_tile_loop, shifts_V)
+    assert error.property == "inputs unchanged" and "the V" in error.detail
+    error = failure(ex.check_merge_states, rescales_a)
+    assert error.property == "inputs unchanged" and "state a" in error.detail
 
 
 def test_check_tile_loop_accepts_a_learner_and_the_package():
@@ -2168,6 +2303,7 @@ def test_check_query_offset_accepts_the_package_and_a_learner():
     assert ex.check_query_offset(causal_attention) == ex.QUERY_OFFSET_PROPERTIES
     assert ex.check_query_offset(_offset_variant()) == ex.QUERY_OFFSET_PROPERTIES
     assert ex.QUERY_OFFSET_PROPERTIES == (
+        "inputs unchanged",
         "causality with offset",
         "offset alignment",
         "equality with recompute",
@@ -2234,10 +2370,21 @@ def test_check_cache_memory_accepts_the_formula_and_a_count_of_arrays():
     for fn in (
         _cache_bytes,
         _cache_bytes_from_arrays,
-        lambda L, H, D, t, b: float(2 * L * t * D * b),
         lambda L, H, D, t, b: np.int64(2) * L * t * D * b,
     ):
         assert ex.check_cache_memory(fn) == ex.CACHE_MEMORY_PROPERTIES
+
+
+def test_check_cache_memory_wants_an_int_not_a_whole_float():
+    """The exercise asks for an int: 384.0 (D / H somewhere) is named."""
+    for fn in (
+        lambda L, H, D, t, b: float(2 * L * t * D * b),
+        lambda L, H, D, t, b: 2 * L * t * H * (D / H) * b,
+        lambda L, H, D, t, b: np.float64(2 * L * t * D * b),
+    ):
+        error = failure(ex.check_cache_memory, fn)
+        assert error.property == "a whole number of bytes"
+        assert "returned 384.0, a float" in error.detail and "D // H" in error.fix
 
 
 def test_check_cache_memory_compares_with_real_caches():

@@ -120,3 +120,16 @@ def test_the_checker_is_stable_over_seeds(seed):
     assert check_attention_backward(scratch(), seed=seed)[-1] == "dK"
     with pytest.raises(CheckFailed, match="^dK:"):
         check_attention_backward(scratch(dK_T=False), seed=seed)
+
+
+def test_an_answer_that_writes_into_its_inputs_is_named():
+    right = scratch()
+
+    def subtracts_in_place(Q, K, V, G):
+        O, dQ, dK, dV = right(Q, K, V, G)
+        G -= O  # the learner reuses G's memory
+        return O, dQ, dK, dV
+
+    error = failure(subtracts_in_place)
+    assert error.property == "inputs unchanged"
+    assert "the G it was given" in error.detail and "never write into" in error.fix

@@ -134,3 +134,24 @@ def test_an_unfinished_decode_step_is_reported_in_one_line():
     with contextlib.redirect_stdout(printed):
         assert check_decode_step(my_decode_step) is None
     assert printed.getvalue() == UNFINISHED.format(name="my_decode_step") + "\n"
+
+
+def test_a_step_that_writes_into_its_parameters_or_ids_is_named():
+    right = scratch()
+
+    def scales_the_embedding(params, cache, ids, *, config):
+        out = right(params, cache, ids, config=config)
+        params["embed"]["E"] *= 1.0 + 1e-9
+        return out
+
+    def zeroes_the_ids(params, cache, ids, *, config):
+        out = right(params, cache, ids, config=config)
+        if np.ndim(ids):  # the batch of two: an array of ids
+            ids[...] = 0
+        return out
+
+    error = failure(scales_the_embedding)
+    assert error.property == "inputs unchanged"
+    assert "params['embed']['E']" in error.detail and error.fix
+    error = failure(zeroes_the_ids)
+    assert error.property == "inputs unchanged" and "the ids" in error.detail

@@ -15,10 +15,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 
 from attncourse.kit.faults import kvcache as fk
 from attncourse.kvcache import (BlockCache, KVCache, cache_nbytes, cache_numbers,
-                                decode_step, generate_cached, incremental_attention,
-                                incremental_attention_backward, prefill)
-from attncourse.layers.attention import (causal_attention, causal_attention_backward,
-                                         key_valid_from_lengths)
+                                decode_step, generate_cached, prefill)
+from attncourse.layers.attention import key_valid_from_lengths
 from attncourse.model import ModelConfig, model_forward, spread_params
 from attncourse.sample import generate
 from attncourse.train import as_dtype
@@ -361,43 +359,6 @@ def test_generate_cached_checks_its_settings_even_when_it_draws_nothing(model, s
     with pytest.raises(ValueError, match=next(iter(setting))):
         generate_cached(params, token_ids((3,)), 0, config=config,
                         rng=np.random.default_rng(0), **setting)
-
-
-def test_incremental_attention_broadcasts_a_batch_held_by_the_keys_alone():
-    rng = np.random.default_rng(8)
-    T_q, T_k, d, r, offset = 3, 5, 4, 2, 2
-    Q, K = rng.normal(size=(T_q, d)), rng.normal(size=(2, T_k, d))
-    V, G = rng.normal(size=(T_k, r)), rng.normal(size=(2, T_q, r))
-    O, A = incremental_attention(Q, K, V, offset)
-    O_ref, A_ref = causal_attention(Q, K, V, offset)
-    assert O.shape == (2, T_q, r) and A.shape == (2, T_q, T_k)
-    assert_allclose(O, O_ref, rtol=0, atol=ATOL)
-    assert_allclose(A, A_ref, rtol=0, atol=ATOL)
-    for got, want in zip(incremental_attention_backward(Q, K, V, G, offset),
-                         causal_attention_backward(Q, K, V, G, offset)):
-        assert got.shape == want.shape
-        assert_allclose(got, want, rtol=0, atol=ATOL)
-
-
-@pytest.mark.parametrize("inputs", [np.float64, np.float32])
-def test_incremental_attention_backward_takes_a_float32_G_as_the_reference_does(inputs):
-    # G in float32 (a float32 model's upstream gradient): the gradients are the
-    # reference's, in the reference's dtype -- float32 only if Q, K, V are float32 too
-    rng = np.random.default_rng(9)
-    T_q, T_k, d, r, offset = 3, 5, 4, 2, 2
-    Q, K, V = (rng.normal(size=(2, n, w)).astype(inputs)
-               for n, w in ((T_q, d), (T_k, d), (T_k, r)))
-    G = rng.normal(size=(2, T_q, r)).astype(np.float32)
-    eps = np.finfo(np.result_type(inputs, np.float32)).eps
-    for got, want in zip(incremental_attention_backward(Q, K, V, G, offset),
-                         causal_attention_backward(Q, K, V, G, offset)):
-        assert got.dtype == want.dtype == np.result_type(inputs, np.float32)
-        assert_allclose(got, want, rtol=0, atol=64 * eps)
-    with pytest.raises(ValueError, match=r"G must have the shape of the output, "
-                                         r"\(2, 3, 2\), got \(2, 3, 3\)"):
-        incremental_attention_backward(Q, K, V, G[..., [0, 1, 1]], offset)
-    with pytest.raises(ValueError, match=r"^G must be an array of numbers"):
-        incremental_attention_backward(Q, K, V, np.full((2, T_q, r), "a"), offset)
 
 
 def test_prefill_rejects_an_integer_key_valid():

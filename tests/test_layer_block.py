@@ -11,7 +11,8 @@ from attncourse.layers.block import (block_backward, block_forward, init_block,
                                      residual_backward)
 from attncourse.layers.layernorm import layernorm_forward
 from attncourse.layers.mlp import mlp_forward
-from attncourse.layers.multihead import multihead_by_loop, multihead_forward
+from attncourse.layers.multihead import multihead_forward
+from attncourse.kit.examples import multihead_reference
 from attncourse.kit.gradients import layer_gradcheck
 
 EVERY_PARAMETER = {"ln1.gamma", "ln1.beta", "attn.W_Q", "attn.W_K", "attn.W_V",
@@ -53,7 +54,7 @@ def test_forward_is_the_composition_of_the_pairs(approximate):
     Y, saved = block_forward(params, X, heads=H, key_valid=key_valid, eps=1e-3,
                              approximate=approximate)
     N1 = layernorm_forward(params["ln1"], X, eps=1e-3)[0]
-    Hs = X + multihead_by_loop(params["attn"], N1, heads=H, key_valid=key_valid)
+    Hs = X + multihead_reference(params["attn"], N1, heads=H, key_valid=key_valid)
     N2 = layernorm_forward(params["ln2"], Hs, eps=1e-3)[0]
     expected = Hs + mlp_forward(params["mlp"], N2, approximate=approximate)[0]
     assert_allclose(Y, expected, rtol=1e-12, atol=1e-12)

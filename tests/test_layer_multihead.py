@@ -23,6 +23,7 @@ from attncourse.layers.attention import (
     key_padding_mask,
     key_valid_from_lengths,
 )
+from attncourse.kit.examples import multihead_reference
 from attncourse.kit.gradients import layer_gradcheck
 from strategies import matrices
 
@@ -167,7 +168,7 @@ def test_forward_matches_the_loop_reference(B, H, lengths):
     assert saved["A"].shape == X.shape[:-2] + (H, 5, 5)
     assert_allclose(
         Y,
-        mh.multihead_by_loop(params, X, heads=H, key_valid=key_valid),
+        multihead_reference(params, X, heads=H, key_valid=key_valid),
         rtol=1e-13,
         atol=1e-15,
     )
@@ -352,7 +353,7 @@ def test_forward_and_gradients_property(data, B, T, D, H, d, r):
     Y, _ = mh.multihead_forward(W, X, heads=H, key_valid=key_valid)
     assert_allclose(
         Y,
-        mh.multihead_by_loop(W, X, heads=H, key_valid=key_valid),
+        multihead_reference(W, X, heads=H, key_valid=key_valid),
         rtol=1e-12,
         atol=1e-13,
     )
@@ -418,7 +419,7 @@ def test_bad_parameters_are_named(change, heads, message):
     with pytest.raises(ValueError, match=message):
         mh.multihead_forward({**params, **change}, X, heads=heads)
     with pytest.raises(ValueError, match=message):
-        mh.multihead_by_loop({**params, **change}, X, heads=heads)
+        multihead_reference({**params, **change}, X, heads=heads)
 
 
 def test_other_bad_input_is_named():

@@ -524,3 +524,13 @@ def test_nbval_with_the_root_conftest_fails_an_exercise_that_shows_no_notice(tmp
     assert len(summary) == 1 and "silent.ipynb::Cell 1" in summary[0], result.stdout
     assert "must print one line" in result.stdout
     assert "1 failed, 3 passed" in result.stdout
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_chapter_links_the_notation_and_the_glossary(path):
+    # in the book, in the working copy ./course lab opens (book/ beside chapters/), and
+    # in the Colab rendition (tools/colab.py points both at the published pages)
+    cells = nbformat.read(path, as_version=4).cells
+    markdown = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert "](../book/notation.md)" in markdown, f"{path.name} never links the notation"
+    assert "{term}`" in markdown, f"{path.name} links no term to the glossary"

@@ -23,9 +23,8 @@ logits. Its logits equal the last row of the full forward pass on the whole pref
 (float64, within ``1e-12``:
 :func:`attncourse.kit.kvcache.assert_decoding_equals_recompute`).
 
-:func:`incremental_attention` is the cache's attention pattern as a function of the
-``causal_attention`` signature (one query at a time against the keys so far); it joins
-the attention conformance suite.
+The cache's attention pattern (one query at a time against the keys so far) joins the
+attention conformance suite as :data:`attncourse.kit.conformance.CACHED`.
 
 >>> from attncourse.model import ModelConfig, init_model
 >>> config = ModelConfig(n_vocab=7, T_max=6, D=4, heads=2, layers=2)
@@ -42,9 +41,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import require_sizes, shaped
-from .layers.attention import (_batch_shape, _validate_causal, causal_attention,
-                               causal_attention_backward, causal_visible)
+from ._validate import require_sizes
 from .layers.block import block_forward
 from .layers.embedding import embedding_forward
 from .layers.layernorm import layernorm_forward
@@ -62,8 +59,6 @@ __all__ = [
     "cache_numbers",
     "cache_nbytes",
     "generate_cached",
-    "incremental_attention",
-    "incremental_attention_backward",
 ]
 
 
@@ -209,72 +204,3 @@ def generate_cached(params, prompt, n_new, *, config, rng, temperature=1.0,
             logits = logits[..., -1, :]
     return ids
 
-
-# --- the cache's attention pattern, for the conformance suite ------------------------
-
-
-def _steps(Q, K, V, query_offset, key_valid):
-    """Yield ``(i, p, query_i, key_valid_i)``: query ``i`` reads the keys ``:p``."""
-    for i in range(Q.shape[-2]):
-        p = query_offset + i + 1  # the keys so far, its own included
-        kv = None if key_valid is None else np.asarray(key_valid)[..., :p]
-        yield i, p, Q[..., i: i + 1, :], kv
-
-
-def _validate(query, key, value, query_offset, key_valid):
-    """``Q, K, V`` as :func:`attncourse.causal_attention` validates them, ``key_valid``
-    against all the keys, as the reference does."""
-    Q, K, V = _validate_causal(query, key, value, query_offset)
-    causal_visible(Q, K, V, query_offset, key_valid)  # raises on a bad key_valid
-    return Q, K, V
-
-
-def incremental_attention(query, key, value, query_offset=0, dropout=None, *,
-                          key_valid=None):
-    """Causal attention computed as decoding computes it: one query at a time, query
-    ``i`` against the keys ``0 .. query_offset + i`` (the cache so far), with
-    ``query_offset = query_offset + i``. Returns ``(output, probabilities)`` with the
-    probabilities of the keys not yet cached set to 0. ``dropout`` (training only;
-    decoding never drops) is applied once, to the assembled probabilities.
-
-    >>> Q, K, V = np.ones((2, 1)), np.ones((3, 1)), np.array([[0.0], [3.0], [6.0]])
-    >>> incremental_attention(Q, K, V, query_offset=1)[0]  # positions 1 and 2
-    array([[1.5],
-           [3. ]])
-    """
-    Q, K, V = _validate(query, key, value, query_offset, key_valid)
-    batch = _batch_shape(Q, K, V)
-    T_q, T_k = Q.shape[-2], K.shape[-2]
-    O = np.zeros(batch + (T_q, V.shape[-1]))
-    A = np.zeros(batch + (T_q, T_k))
-    for i, p, q, kv in _steps(Q, K, V, query_offset, key_valid):
-        O_i, A_i = causal_attention(q, K[..., :p, :], V[..., :p, :], p - 1,
-                                    key_valid=kv)
-        O[..., i: i + 1, :], A[..., i: i + 1, :p] = O_i, A_i
-    if dropout is not None:
-        O = dropout(A) @ V  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
-    return O, A
-
-
-def incremental_attention_backward(query, key, value, G, query_offset=0, *,
-                                   key_valid=None):
-    """The backward pass of :func:`incremental_attention` for ``G = dJ/d output``:
-    each step's gradients (:func:`attncourse.causal_attention_backward`), the keys' and
-    values' added over the steps that read them. The gradients have the dtype the
-    reference's would have."""
-    Q, K, V = _validate(query, key, value, query_offset, key_valid)
-    G = shaped("G(..., T_q, r)", G)
-    want = _batch_shape(Q, K, V) + (Q.shape[-2], V.shape[-1])
-    if G.shape != want:
-        raise ValueError(f"G must have the shape of the output, {want}, "
-                         f"got {G.shape}")
-    dtype = np.result_type(Q, K, V, G)
-    dQ, dK, dV = (np.zeros(x.shape, dtype) for x in (Q, K, V))
-    for i, p, q, kv in _steps(Q, K, V, query_offset, key_valid):
-        dq, dk, dv = causal_attention_backward(q, K[..., :p, :], V[..., :p, :],
-                                               G[..., i: i + 1, :], p - 1,
-                                               key_valid=kv)
-        dQ[..., i: i + 1, :] = dq
-        dK[..., :p, :] += dk
-        dV[..., :p, :] += dv
-    return dQ, dK, dV

@@ -15,9 +15,10 @@ causality, padding, the prefix interface, extreme scores, bad input, the dropout
 contract and the query offset. Each property is a function ``f(implementation)`` that
 returns ``None`` or raises :class:`~attncourse.kit.failed.CheckFailed` naming what
 failed and the likely fix. The reference is :data:`REFERENCE`; a faster implementation
-(Chapter 9's tiled and fast dense versions) or the cached one (Chapter 10) joins the
-list in ``tests/test_conformance.py`` and gets no tests of its own for what the suite
-covers.
+(Chapter 9's tiled and fast dense versions, :data:`FAST` and
+:func:`tiled_implementation`) or the cached one (Chapter 10, :data:`CACHED`: the cache's
+attention pattern, :func:`incremental_attention`) joins the list in
+``tests/test_conformance.py`` and gets no tests of its own for what the suite covers.
 
 Values are compared with an independent witness, :func:`definition`, which computes each
 query's softmax over its visible keys one query at a time. Gradients are compared with
@@ -40,10 +41,13 @@ import numpy as np
 
 from ..layers.attention import (
     AttentionSaved,
+    _batch_shape,
+    _validate_causal,
     attention_backward,
     causal_attention,
     causal_attention_backward,
     causal_mask,
+    causal_visible,
     combine_masks,
     key_padding_mask,
     key_valid_from_lengths,
@@ -51,7 +55,7 @@ from ..layers.attention import (
 from ..layers.head import project
 from ..layers.linear import matmul_backward
 from ..fast import fast_causal_attention, fast_causal_attention_backward
-from .._validate import require_sizes
+from .._validate import require_sizes, shaped
 from ..tiled import (
     tiled_causal_attention,
     tiled_causal_attention_backward,
@@ -63,6 +67,9 @@ from .prefix import prefix_report
 __all__ = [
     "FAST",
     "tiled_implementation",
+    "CACHED",
+    "incremental_attention",
+    "incremental_attention_backward",
     "Implementation",
     "REFERENCE",
     "PROPERTIES",
@@ -933,3 +940,79 @@ def tiled_implementation(block_q, block_k=None):
     attend.__name__ = f"tiled_causal_attention_{block_q}x{block_k}"
     backward.__name__ = f"tiled_causal_attention_backward_{block_q}x{block_k}"
     return Implementation(f"tiled {block_q}x{block_k}", attend, backward)
+
+
+# --- the cache's attention pattern (Chapter 10), as the suite takes it ----------------
+
+
+def _steps(Q, K, V, query_offset, key_valid):
+    """Yield ``(i, p, query_i, key_valid_i)``: query ``i`` reads the keys ``:p``."""
+    for i in range(Q.shape[-2]):
+        p = query_offset + i + 1  # the keys so far, its own included
+        kv = None if key_valid is None else np.asarray(key_valid)[..., :p]
+        yield i, p, Q[..., i: i + 1, :], kv
+
+
+def _cached_inputs(query, key, value, query_offset, key_valid):
+    """``Q, K, V`` as :func:`attncourse.causal_attention` validates them, ``key_valid``
+    against all the keys, as the reference does."""
+    Q, K, V = _validate_causal(query, key, value, query_offset)
+    causal_visible(Q, K, V, query_offset, key_valid)  # raises on a bad key_valid
+    return Q, K, V
+
+
+def incremental_attention(query, key, value, query_offset=0, dropout=None, *,
+                          key_valid=None):
+    """Causal attention computed as decoding computes it: one query at a time, query
+    ``i`` against the keys ``0 .. query_offset + i`` (the cache so far), with
+    ``query_offset = query_offset + i``. Returns ``(output, probabilities)`` with the
+    probabilities of the keys not yet cached set to 0. ``dropout`` (training only;
+    decoding never drops) is applied once, to the assembled probabilities.
+
+    >>> Q, K, V = np.ones((2, 1)), np.ones((3, 1)), np.array([[0.0], [3.0], [6.0]])
+    >>> incremental_attention(Q, K, V, query_offset=1)[0]  # positions 1 and 2
+    array([[1.5],
+           [3. ]])
+    """
+    Q, K, V = _cached_inputs(query, key, value, query_offset, key_valid)
+    batch = _batch_shape(Q, K, V)
+    T_q, T_k = Q.shape[-2], K.shape[-2]
+    O = np.zeros(batch + (T_q, V.shape[-1]))
+    A = np.zeros(batch + (T_q, T_k))
+    for i, p, q, kv in _steps(Q, K, V, query_offset, key_valid):
+        O_i, A_i = causal_attention(q, K[..., :p, :], V[..., :p, :], p - 1,
+                                    key_valid=kv)
+        O[..., i: i + 1, :], A[..., i: i + 1, :p] = O_i, A_i
+    if dropout is not None:
+        O = dropout(A) @ V  # (..., T_q, T_k) x (..., T_k, r) -> (..., T_q, r)
+    return O, A
+
+
+def incremental_attention_backward(query, key, value, G, query_offset=0, *,
+                                   key_valid=None):
+    """The backward pass of :func:`incremental_attention` for ``G = dJ/d output``:
+    each step's gradients (:func:`attncourse.causal_attention_backward`), the keys' and
+    values' added over the steps that read them. The gradients have the dtype the
+    reference's would have."""
+    Q, K, V = _cached_inputs(query, key, value, query_offset, key_valid)
+    G = shaped("G(..., T_q, r)", G)
+    want = _batch_shape(Q, K, V) + (Q.shape[-2], V.shape[-1])
+    if G.shape != want:
+        raise ValueError(f"G must have the shape of the output, {want}, "
+                         f"got {G.shape}")
+    dtype = np.result_type(Q, K, V, G)
+    dQ, dK, dV = (np.zeros(x.shape, dtype) for x in (Q, K, V))
+    for i, p, q, kv in _steps(Q, K, V, query_offset, key_valid):
+        dq, dk, dv = causal_attention_backward(q, K[..., :p, :], V[..., :p, :],
+                                               G[..., i: i + 1, :], p - 1,
+                                               key_valid=kv)
+        dQ[..., i: i + 1, :] = dq
+        dK[..., :p, :] += dk
+        dV[..., :p, :] += dv
+    return dQ, dK, dV
+
+
+CACHED = Implementation("cached", incremental_attention, incremental_attention_backward,
+                        offsets=True)
+"""The cache's attention pattern of Chapter 10 (:func:`incremental_attention`): one
+query at a time, each against the keys so far."""

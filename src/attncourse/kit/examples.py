@@ -4,7 +4,8 @@
 Example 1 and Example 2 are hand-picked two-position inputs whose every intermediate
 value has a closed form; the transpose pair is an asymmetric ``Q, K`` that exposes a
 missing transpose; :func:`random_head` is the seeded, non-square case every gradient
-check also runs on.
+check also runs on. :func:`multihead_reference` is Chapter 4's definition of multi-head
+attention, head by head with explicit slices, that the layer must reproduce.
 
 >>> ex = example1()
 >>> O, saved = head_forward(ex.params, ex.X)
@@ -21,8 +22,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .._validate import as_float_array, require_sizes
-from ..layers.attention import attention_forward
+from ..layers.attention import attention_forward, causal_attention
 from ..layers.head import head_forward
+from ..layers.multihead import _as_inputs
 
 __all__ = [
     "HeadExample",
@@ -33,6 +35,7 @@ __all__ = [
     "probe_objective",
     "attention_objective",
     "head_objective",
+    "multihead_reference",
 ]
 
 A_SCALE = math.sqrt(2.0) * math.log(3.0)  # the a = sqrt(2) ln 3 of Examples 1 and 2
@@ -177,3 +180,38 @@ def head_objective(X, W_Q, W_K, W_V, G):
     """
     O, _ = head_forward({"W_Q": W_Q, "W_K": W_K, "W_V": W_V}, X)
     return probe_objective(O, G)
+
+
+def multihead_reference(params, X, *, heads, key_valid=None):
+    """Return the definition of causal multi-head attention,
+    ``Y = sum_h causal_attention(X W_Q^(h), X W_K^(h), X W_V^(h)) W_O^(h)``, with
+    explicit slices.
+
+    ``W^(h)`` is head ``h``'s block of columns (rows, for ``W_O``). No reshape and no
+    transpose: this is the definition that
+    :func:`attncourse.layers.multihead.multihead_forward` must reproduce. Bad input
+    raises the layer's own ``ValueError``.
+
+    >>> from attncourse.layers.multihead import init_multihead, multihead_forward
+    >>> rng = np.random.default_rng(1)
+    >>> params = init_multihead(rng, D=5, heads=3, d=2, r=2)
+    >>> X = rng.normal(size=(4, 5))
+    >>> reference = multihead_reference(params, X, heads=3)
+    >>> bool(np.allclose(reference, multihead_forward(params, X, heads=3)[0],
+    ...                  rtol=1e-13, atol=1e-15))
+    True
+    """
+    X, W_Q, W_K, W_V, W_O = _as_inputs(params, X, heads)
+    d, r = W_Q.shape[1] // heads, W_V.shape[1] // heads
+    Y = 0.0
+    for h in range(heads):
+        cols_k, cols_v = slice(h * d, (h + 1) * d), slice(h * r, (h + 1) * r)
+        # (..., T, D) x (D, d), twice, and (..., T, D) x (D, r); O_h is (..., T, r)
+        O_h, _ = causal_attention(
+            X @ W_Q[:, cols_k],
+            X @ W_K[:, cols_k],
+            X @ W_V[:, cols_v],
+            key_valid=key_valid,
+        )
+        Y = Y + O_h @ W_O[cols_v, :]  # (..., T, r) x (r, D_out) -> (..., T, D_out)
+    return Y

@@ -31,7 +31,6 @@ __all__ = [
     "init_multihead",
     "multihead_forward",
     "multihead_backward",
-    "multihead_by_loop",
 ]
 
 PARAMETER_NAMES = ("W_Q", "W_K", "W_V", "W_O")
@@ -184,35 +183,3 @@ def multihead_backward(params, saved, dY):
     dparams = {"W_Q": dW_Q, "W_K": dW_K, "W_V": dW_V, "W_O": dW_O}
     return dparams, dX_Q + dX_K + dX_V  # three branches summed
 
-
-def multihead_by_loop(params, X, *, heads, key_valid=None):
-    """Reference:
-    ``Y = sum_h causal_attention(X W_Q^(h), X W_K^(h), X W_V^(h)) W_O^(h)`` with
-    explicit slices.
-
-    ``W^(h)`` is head ``h``'s block of columns (rows, for ``W_O``). No reshape and no
-    transpose: this is the definition that :func:`multihead_forward` must reproduce.
-
-    >>> import numpy as np
-    >>> rng = np.random.default_rng(1)
-    >>> params = init_multihead(rng, D=5, heads=3, d=2, r=2)
-    >>> X = rng.normal(size=(4, 5))
-    >>> by_loop = multihead_by_loop(params, X, heads=3)
-    >>> bool(np.allclose(by_loop, multihead_forward(params, X, heads=3)[0],
-    ...                  rtol=1e-13, atol=1e-15))
-    True
-    """
-    X, W_Q, W_K, W_V, W_O = _as_inputs(params, X, heads)
-    d, r = W_Q.shape[1] // heads, W_V.shape[1] // heads
-    Y = 0.0
-    for h in range(heads):
-        cols_k, cols_v = slice(h * d, (h + 1) * d), slice(h * r, (h + 1) * r)
-        # (..., T, D) x (D, d), twice, and (..., T, D) x (D, r); O_h is (..., T, r)
-        O_h, _ = causal_attention(
-            X @ W_Q[:, cols_k],
-            X @ W_K[:, cols_k],
-            X @ W_V[:, cols_v],
-            key_valid=key_valid,
-        )
-        Y = Y + O_h @ W_O[cols_v, :]  # (..., T, r) x (r, D_out) -> (..., T, D_out)
-    return Y

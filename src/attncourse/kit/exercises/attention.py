@@ -26,6 +26,25 @@ __all__ = [
 
 # --- Chapter 3: causal attention ------------------------------------------------------
 
+def _pure_call(fn, prop, names, *args, **kwargs):
+    """``_call(fn, prop, ...)`` on copies of the arrays ``args`` (named ``names``);
+    raise CheckFailed "inputs unchanged" when ``fn`` wrote into one of them."""
+    given = [np.array(a, copy=True) for a in args]
+    result = _call(fn, prop, *given, **kwargs)
+    for name, copy, original in zip(names, given, args):
+        if not np.array_equal(copy, original):
+            raise CheckFailed(
+                "inputs unchanged",
+                f"fn changed the {name} it was given (shape {np.shape(original)})",
+                f"work on new arrays: never write into {', '.join(names)} "
+                "(no +=, *= or slice assignment on them)",
+            )
+    return result
+
+
+_QKV = ("query", "key", "value")
+
+
 def _split(result, property):
     if not (isinstance(result, tuple) and len(result) == 2):
         raise CheckFailed(
@@ -70,15 +89,41 @@ def _rows_sum_to_one(P):
         ) from None
 
 
+def _large_scores_stay_causal(fn, rng, T, d, value):
+    """Causality where every score is near -7e4: a finite fill above the scores
+    (``-1e4``, say) gives the hidden keys nearly all the weight; a boolean mask (or a
+    fill below every score) gives them exactly 0."""
+    ones = np.ones((T, d))
+    query = 200.0 * ones + 0.003 * rng.standard_normal((T, d))
+    key = -200.0 * ones + 0.003 * rng.standard_normal((T, d))
+    S = query @ key.T / math.sqrt(d)  # (T, d) x (d, T) -> (T, T), all near -6.9e4
+    _, P = _split(_pure_call(fn, "causality", _QKV, query, key, value), "causality")
+    leaked = ~causal_mask(T, T) & ~(P == 0)  # NaN leaks too
+    if np.any(leaked):
+        i, j = (int(x) for x in np.argwhere(leaked)[0])
+        raise CheckFailed(
+            "causality",
+            f"with every score near {S.mean():.3g} (queries near 200 (1, 1, 1), keys "
+            f"near -200 (1, 1, 1)), query {i} gives weight {P[i, j]:.3g} to the "
+            f"later key {j}: a finite fill such as -1e4 lies above these scores, so "
+            "the hidden keys take the weight",
+            "hide the keys j > i with a boolean visible mask, "
+            "softmax(S, causal_mask(T, T)): it leaves them out of the sum whatever "
+            "the scores (a finite fill would have to lie below every score)",
+        )
+
+
 @reports_unfinished
 def check_causal_attention(fn, seed=0):
     """Check a learner's
     ``causal_attention(query, key, value, query_offset=0, dropout=None)``.
 
     Properties, in order: **shape** (a pair ``(output, probabilities)`` of shapes
-    ``(..., T, r)`` and ``(..., T, T)``, also with a batch dimension); **rows summing to
+    ``(..., T, r)`` and ``(..., T, T)``, also with a batch dimension); **inputs
+    unchanged** (nothing written into ``query``, ``key``, ``value``); **rows summing to
     one** (and no query without a visible key); **causality** (weight exactly 0 on later
-    keys, and earlier outputs unchanged when later keys and values change); **scaling**
+    keys, also when every score is near ``-7e4``, where a finite fill such as ``-1e4``
+    leaks; and earlier outputs unchanged when later keys and values change); **scaling**
     (probabilities equal the softmax of ``query key^T / sqrt(d)`` over the visible keys;
     output equals ``probabilities @ value``); **dropout contract** (``dropout`` is
     called once on the probabilities, the output uses the dropped weights, the returned
@@ -89,8 +134,9 @@ def check_causal_attention(fn, seed=0):
     fully).
 
     Raises :class:`CheckFailed` whose message starts with the name of the first failed
-    property; reports a stub still raising ``NotImplementedError`` as unfinished
-    (:func:`reports_unfinished`). Returns the list of properties checked.
+    property (**inputs unchanged** too, though the list returned leaves it out, as
+    Chapter 3 states the list); reports a stub still raising ``NotImplementedError``
+    as unfinished (:func:`reports_unfinished`). Returns the list of properties checked.
 
     >>> from attncourse.layers.attention import causal_attention
     >>> check_causal_attention(causal_attention)
@@ -109,7 +155,9 @@ def check_causal_attention(fn, seed=0):
     )
 
     # shape
-    output, probabilities = _split(_call(fn, "shape", query, key, value), "shape")
+    output, probabilities = _split(
+        _pure_call(fn, "shape", _QKV, query, key, value), "shape"
+    )
     if output.shape != (T, r) or probabilities.shape != (T, T):
         raise CheckFailed(
             "shape",
@@ -118,7 +166,7 @@ def check_causal_attention(fn, seed=0):
             f"{probabilities.shape}",
             "return (probabilities @ value, probabilities), in that order",
         )
-    b_out, b_prob = _split(_call(fn, "shape", bq, bk, bv), "shape")
+    b_out, b_prob = _split(_pure_call(fn, "shape", _QKV, bq, bk, bv), "shape")
     if b_out.shape != (B, T, r) or b_prob.shape != (B, T, T):
         raise CheckFailed(
             "shape",
@@ -152,7 +200,9 @@ def check_causal_attention(fn, seed=0):
     key2, value2 = key.copy(), value.copy()
     key2[t + 1 :] = rng.standard_normal(key2[t + 1 :].shape)
     value2[t + 1 :] = rng.standard_normal(value2[t + 1 :].shape)
-    output2, _ = _split(_call(fn, "causality", query, key2, value2), "causality")
+    output2, _ = _split(
+        _pure_call(fn, "causality", _QKV, query, key2, value2), "causality"
+    )
     if not np.allclose(output2[: t + 1], output[: t + 1], rtol=1e-12, atol=1e-12):
         raise CheckFailed(
             "causality",
@@ -160,6 +210,7 @@ def check_causal_attention(fn, seed=0):
             f"position {t} changed",
             "mask the future before the softmax, so it cannot enter the denominator",
         )
+    _large_scores_stay_causal(fn, rng, T, d, value)
 
     # scaling (and the scores themselves)
     for (q, k, v), out, P in (
@@ -202,7 +253,7 @@ def check_causal_attention(fn, seed=0):
         return np.where(mask, P / keep, 0.0)
 
     d_out, d_prob = _split(
-        _call(fn, "dropout contract", query, key, value, dropout=dropout),
+        _pure_call(fn, "dropout contract", _QKV, query, key, value, dropout=dropout),
         "dropout contract",
     )
     expected = _reference_probabilities(query, key)
@@ -264,7 +315,7 @@ def check_causal_attention(fn, seed=0):
                 "4)",
                 fix,
             )
-    return [
+    return [  # "inputs unchanged" is checked with every call, named when it fails
         "shape",
         "rows summing to one",
         "causality",
@@ -276,7 +327,14 @@ def check_causal_attention(fn, seed=0):
 
 # --- Chapter 3: attention forward and backward, from scratch -------------------------
 
-ATTENTION_BACKWARD_PROPERTIES = ("returns O, dQ, dK, dV", "O", "dV", "dQ", "dK")
+ATTENTION_BACKWARD_PROPERTIES = (
+    "returns O, dQ, dK, dV",
+    "inputs unchanged",
+    "O",
+    "dV",
+    "dQ",
+    "dK",
+)
 
 
 def _attention_case(seed):
@@ -335,7 +393,8 @@ def check_attention_backward(fn, seed=0):
 
     ``O = softmax(Q K^T / sqrt(d)) V`` (every key visible) and ``dQ, dK, dV`` are the
     gradients of ``J = sum(G * O)``. Properties, in order: **returns O, dQ, dK, dV**
-    (four arrays of the shapes of ``O``, ``Q``, ``K``, ``V``); **O** (equal to the
+    (four arrays of the shapes of ``O``, ``Q``, ``K``, ``V``); **inputs unchanged**
+    (nothing written into ``Q``, ``K``, ``V``, ``G``); **O** (equal to the
     package's :func:`~attncourse.layers.attention.attention_forward`); then **dV**,
     **dQ**, **dK**, each compared with central differences of ``J`` over every
     coordinate (steps and tolerance of :mod:`~attncourse.kit.gradients`). The first
@@ -352,7 +411,7 @@ def check_attention_backward(fn, seed=0):
     """
     Q, K, V, G = _attention_case(seed)
     prop = "returns O, dQ, dK, dV"
-    result = _call(fn, prop, Q.copy(), K.copy(), V.copy(), G.copy())
+    result = _pure_call(fn, prop, ("Q", "K", "V", "G"), Q, K, V, G)
     if not (isinstance(result, tuple) and len(result) == 4):
         got = f"{len(result)} values" if isinstance(result, tuple) else (
             type(result).__name__)
@@ -433,7 +492,8 @@ def check_attention_mask(mask_fn, seed=0):
     key ``j`` visible to query ``i`` exactly when ``j <= i`` and key ``j`` is a real
     token. The properties are tried in order on several batches (left and right padding,
     a row with nothing visible, an irregular pattern), and the first one that fails is
-    named, with the ``key_valid`` batch it failed on.
+    named, with the ``key_valid`` batch it failed on. ``key_valid`` must be left
+    unchanged ("inputs unchanged", checked before the five properties).
 
     >>> def mine(T, key_valid):
     ...     causal = np.tril(np.ones((T, T), dtype=bool))
@@ -453,9 +513,14 @@ def check_attention_mask(mask_fn, seed=0):
     for key_valid in _mask_cases(seed):
         B, T = key_valid.shape
         batch = f" (key_valid = {key_valid.astype(int).tolist()})"
-        visible = _array(
-            _call(mask_fn, "shape and type", T, key_valid.copy()), "shape and type"
-        )
+        given = key_valid.copy()
+        visible = _array(_call(mask_fn, "shape and type", T, given), "shape and type")
+        if not np.array_equal(given, key_valid):
+            raise CheckFailed(
+                "inputs unchanged",
+                "mask_fn changed the key_valid it was given" + batch,
+                "build the mask from new arrays: never write into key_valid",
+            )
         want = _expected_mask(T, key_valid)
         if visible.shape != (B, T, T) or visible.dtype != np.bool_:
             raise CheckFailed(
@@ -503,6 +568,7 @@ def check_attention_mask(mask_fn, seed=0):
 # --- Chapter 10: the query offset -----------------------------------------------------
 
 QUERY_OFFSET_PROPERTIES = (
+    "inputs unchanged",
     "causality with offset",
     "offset alignment",
     "equality with recompute",
@@ -538,7 +604,9 @@ def _offset_fix(Q, K, P, offset):
 
 
 def _offset_call(fn, prop, query, key, value, offset):
-    out, P = _split(_call(fn, prop, query, key, value, query_offset=offset), prop)
+    out, P = _split(
+        _pure_call(fn, prop, _QKV, query, key, value, query_offset=offset), prop
+    )
     want = (query.shape[:-1] + value.shape[-1:], query.shape[:-1] + key.shape[-2:-1])
     if (out.shape, P.shape) != want:
         raise CheckFailed(
@@ -558,7 +626,8 @@ def check_query_offset(fn, seed=0):
     dropout=None)`` with the query offset of Chapter 10.
 
     Query ``i`` sits at position ``query_offset + i`` and reads the keys ``0 ..
-    query_offset + i``. Properties, in order: **causality with offset** (no weight on a
+    query_offset + i``. Properties, in order: **inputs unchanged** (nothing written
+    into ``query``, ``key``, ``value``); **causality with offset** (no weight on a
     key after the query's position, exactly 0, and the outputs unchanged when the keys
     and values after the last query's position change); **offset alignment** (the
     probabilities and outputs equal rows ``query_offset .. query_offset + T_q - 1`` of

@@ -13,6 +13,8 @@ __all__ = ["ONE_HOT_PROPERTIES", "check_one_hot", "check_embedding_backward"]
 
 ONE_HOT_PROPERTIES = (
     "shape",
+    "inputs unchanged",
+    "a float array",
     "entries are 0 or 1",
     "one 1 per vector",
     "the 1 sits at the id",
@@ -25,14 +27,16 @@ def check_one_hot(fn):
     """Check a learner's ``fn(ids, n_vocab)``; raise :class:`CheckFailed` naming the
     first property that fails.
 
-    Ids outside ``0 .. n_vocab - 1`` must raise ``ValueError``: a too large id, and a
+    The result must have shape ``ids.shape + (n_vocab,)`` and a float dtype (an
+    integer or boolean array is named), and ``ids`` must be left unchanged. Ids
+    outside ``0 .. n_vocab - 1`` must raise ``ValueError``: a too large id, and a
     negative one, which numpy indexing would silently read from the end of the
     vocabulary. Returns the names of the properties checked.
 
     >>> from attncourse.layers.embedding import one_hot
     >>> check_one_hot(one_hot)
-    ('shape', 'entries are 0 or 1', 'one 1 per vector', 'the 1 sits at the id',
-     'rejects ids out of range')
+    ('shape', 'inputs unchanged', 'a float array', 'entries are 0 or 1',
+     'one 1 per vector', 'the 1 sits at the id', 'rejects ids out of range')
     >>> def upper_bound_only(ids, n_vocab):
     ...     if np.any(np.asarray(ids) >= n_vocab):
     ...         raise ValueError("id too large")
@@ -45,12 +49,27 @@ def check_one_hot(fn):
     """
     ids = np.array([[3, 0, 3], [1, 4, 2]])
     n_vocab = 6
-    out = _array(_call(fn, "shape", ids.copy(), n_vocab), "shape")
+    given = ids.copy()
+    out = _array(_call(fn, "shape", given, n_vocab), "shape")
     if out.shape != (2, 3, 6):
         raise CheckFailed(
             "shape",
             f"expected ids.shape + (n_vocab,) = (2, 3, 6), got {out.shape}",
             "add a last axis of length n_vocab to the shape of ids",
+        )
+    if not np.array_equal(given, ids):
+        raise CheckFailed(
+            "inputs unchanged",
+            "fn changed the ids it was given",
+            "read ids, never write into them",
+        )
+    if not np.issubdtype(out.dtype, np.floating):
+        raise CheckFailed(
+            "a float array",
+            f"the one-hot vectors have dtype {out.dtype}; the exercise asks for a "
+            "float array (they multiply the float matrix E)",
+            "build them as floats: (ids[..., None] == np.arange(n_vocab))"
+            ".astype(np.float64)",
         )
     if not np.isin(out, (0.0, 1.0)).all():
         raise CheckFailed(
@@ -105,12 +124,24 @@ def _package_dE(dX, ids, n_vocab):
     return embedding_backward(params, saved, dX)[0]["E"]
 
 
+def _unchanged(given, kept):
+    """The learner's ``fn`` must leave the ``dX`` and ``ids`` it was given as found."""
+    for name, x, y in zip(("dX", "ids"), given, kept):
+        if not np.array_equal(x, y):
+            raise CheckFailed(
+                "inputs unchanged",
+                f"fn changed the {name} it was given",
+                "read dX and ids, never write into them (no dX += or dX *= ...)",
+            )
+
+
 @reports_unfinished
 def check_embedding_backward(fn):
     """Check a learner's ``fn(dX, ids, n_vocab) -> dE``; raise :class:`CheckFailed`
     naming the failed property.
 
-    Returns the names of the properties checked.
+    ``dX`` and ``ids`` must be left unchanged. Returns the names of the properties
+    checked.
 
     >>> def scatter_add(dX, ids, n_vocab):
     ...     dE = np.zeros((n_vocab, dX.shape[-1]))
@@ -124,13 +155,15 @@ def check_embedding_backward(fn):
     # token 4 occurs three times; tokens 0, 2, 3, 5 never
     ids = np.array([4, 1, 4, 6, 4])
     dX = rng.normal(size=(5, D))
-    dE = _array(_call(fn, "shape", dX.copy(), ids.copy(), n_vocab), "shape")
+    given = dX.copy(), ids.copy()
+    dE = _array(_call(fn, "shape", *given, n_vocab), "shape")
     if dE.shape != (n_vocab, D):
         raise CheckFailed(
             "shape",
             f"expected (n_vocab, D) = {(n_vocab, D)}, got {dE.shape}",
             "dE has one row per token of the vocabulary and the width of dX",
         )
+    _unchanged(given, (dX, ids))
     unused = [0, 2, 3, 5]
     want = _package_dE(dX, ids, n_vocab)  # onehot(ids)^T dX, (n_vocab, D)
     if not np.all(dE[unused] == 0):
@@ -160,12 +193,12 @@ def check_embedding_backward(fn):
         )
     ids2 = np.array([[2, 0], [2, 2], [5, 0]])
     dX2 = rng.normal(size=(3, 2, D))
+    given = dX2.copy(), ids2.copy()
     dE2 = _array(
-        _call(
-            fn, "batched ids: equals onehot(ids)^T dX", dX2.copy(), ids2.copy(), n_vocab
-        ),
+        _call(fn, "batched ids: equals onehot(ids)^T dX", *given, n_vocab),
         "batched ids: equals onehot(ids)^T dX",
     )
+    _unchanged(given, (dX2, ids2))
     want2 = _package_dE(dX2, ids2, n_vocab)  # summed over all 6 positions
     if dE2.shape != want2.shape or not np.allclose(dE2, want2, rtol=1e-12, atol=1e-12):
         raise CheckFailed(
@@ -175,6 +208,7 @@ def check_embedding_backward(fn):
         )
     return (
         "shape",
+        "inputs unchanged",
         "unused tokens get zero rows",
         "a token seen once gets its gradient row",
         "repeated tokens add their gradients",

@@ -52,19 +52,22 @@ def _real_caches():
 
 def _memory_call(fn, L, H, D, t, b):
     got = _call(fn, "a whole number of bytes", L, H, D, t, b)
-    whole = (
-        isinstance(got, (int, float, np.integer, np.floating))
-        and not isinstance(got, (bool, np.bool_))
-        and math.isfinite(got)
-        and got == int(got)
-    )
-    if not whole:
+    call = f"fn(L={L}, H={H}, D={D}, t={t}, bytes_per_number={b})"
+    if isinstance(got, (np.ndarray, np.generic)) and np.ndim(got) == 0:
+        got = got.item()  # a numpy scalar or 0-d array: its Python value
+    if isinstance(got, float) and math.isfinite(got) and got == int(got):
         raise CheckFailed(
             "a whole number of bytes",
-            f"fn(L={L}, H={H}, D={D}, t={t}, bytes_per_number={b}) returned {got!r}",
+            f"{call} returned {got!r}, a float: a count of bytes is an int",
+            "compute with integers: D // H, not D / H (or return int(...))",
+        )
+    if not isinstance(got, int) or isinstance(got, bool):
+        raise CheckFailed(
+            "a whole number of bytes",
+            f"{call} returned {got!r}",
             "return an integer: the bytes of one sequence's cache",
         )
-    return int(got)
+    return got
 
 
 @reports_unfinished
@@ -77,7 +80,8 @@ def check_cache_memory(fn):
     The answer is compared with the ``nbytes`` of real caches that
     :func:`attncourse.kvcache.prefill` built (two models, ``L = 3, H = 4, D = 8`` and
     ``L = 2, H = 2, D = 6``; float64 and float32; ``t = 1``, 4 and the window), per
-    sequence of a batch of two. The result must be **a whole number of bytes**. A
+    sequence of a batch of two. The result must be **a whole number of bytes**, an
+    ``int`` (a float such as ``384.0`` is named). A
     wrong one is named by what it misses: **proportional to t** (doubling ``t``
     doubles the bytes), **keys and values both counted** (half the bytes), **every
     block counted** (``1/L``), **every head counted** (``1/H``: ``d`` where ``D``
@@ -152,6 +156,7 @@ def check_cache_memory(fn):
 DECODE_STEP_PROPERTIES = (
     "returns (logits, cache)",
     "the given cache left unchanged",
+    "inputs unchanged",
     "position advanced by one",
     "keys and values appended once",
     "logits equal recomputation",
@@ -190,6 +195,15 @@ def _step(fn, prop, params, cache, ids, config):
     return _array(logits, "returns (logits, cache)", np.float64), new
 
 
+def _arrays(tree, name="params"):
+    """``(name, copy)`` of every array of a nested dict or list of parameters."""
+    if isinstance(tree, dict):
+        return [a for k, v in tree.items() for a in _arrays(v, f"{name}[{k!r}]")]
+    if isinstance(tree, (list, tuple)):
+        return [a for i, v in enumerate(tree) for a in _arrays(v, f"{name}[{i}]")]
+    return [(name, np.array(tree, copy=True))]
+
+
 def _compare_step(fn, params, config, cache, ids_next, want_logits, want_cache,
                   prop, where):
     """One step of the learner's ``fn``; raise CheckFailed naming what differs."""
@@ -198,7 +212,21 @@ def _compare_step(fn, params, config, cache, ids_next, want_logits, want_cache,
                                   decode_step_position_not_offset)
 
     before = [(b.keys.copy(), b.values.copy()) for b in cache.blocks]
+    kept = _arrays(params), np.array(ids_next)
     logits, new = _step(fn, prop, params, cache, ids_next, config)
+    for (name, x), (_, y) in zip(kept[0], _arrays(params)):
+        if not np.array_equal(x, y):
+            raise CheckFailed(
+                "inputs unchanged",
+                f"{where}: fn changed the parameter {name} it was given",
+                "read the parameters, never write into them",
+            )
+    if not np.array_equal(kept[1], ids_next):
+        raise CheckFailed(
+            "inputs unchanged",
+            f"{where}: fn changed the ids it was given",
+            "read ids, never write into them",
+        )
     for (keys, values), block in zip(before, cache.blocks):
         if not (np.array_equal(block.keys, keys)
                 and np.array_equal(block.values, values)):
@@ -301,11 +329,12 @@ def check_decode_step(fn):
     prompt with :func:`attncourse.kvcache.prefill` and calls ``fn`` for the next token;
     the logits must equal the last row of ``model_forward`` on the whole prefix (within
     ``1e-12``) and the new cache the one ``prefill`` builds on the longer prefix. In
-    order: **returns (logits, cache)**, **the given cache left unchanged**, **position
-    advanced by one**, **keys and values appended once** (not forgotten, not twice),
-    **logits equal recomputation** (naming a forgotten query offset, an offset one
-    short or a missing position row when the logits are theirs), **the cache equals
-    the prefill's**, then **several steps in a row** (decoding to the end of the
+    order: **returns (logits, cache)**, **the given cache left unchanged**, **inputs
+    unchanged** (the parameters and ids), **position advanced by one**, **keys and
+    values appended once** (not forgotten, not twice), **logits equal
+    recomputation** (naming a forgotten query offset, an offset one short or a
+    missing position row when the logits are theirs), **the cache equals the
+    prefill's**, then **several steps in a row** (decoding to the end of the
     window) and **a batch of sequences** (two, one token each). Returns the
     properties checked.
 

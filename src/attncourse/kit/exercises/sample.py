@@ -142,7 +142,41 @@ def check_top_k(fn):
             "rank with a stable sort, "
             "np.argsort(-z, kind='stable'), and keep exactly the first k",
         )
+    _random_ties(fn)
     return TOP_K_PROPERTIES
+
+
+def _random_ties(fn):
+    """Seeded rows of logits drawn from four integer levels, so that most rows tie at
+    the k-th place: the kept set must be the package's (ties: the lowest token ids),
+    which ``np.argpartition`` (no order among equals) breaks in many rows."""
+    from ...sample import probabilities
+
+    levels = np.random.default_rng(18).integers(0, 4, size=(200, 9)).astype(float)
+    for k in (2, 4, 7):
+        P = _top_k_result(fn, levels, k)
+        expected = probabilities(levels, top_k=k)
+        wrong = np.any((P != 0) != (expected > 0), axis=-1)
+        if np.any(wrong):
+            row = int(np.argmax(wrong))
+            raise CheckFailed(
+                "ties: the lowest token id",
+                f"k={k}: in {int(wrong.sum())} of {len(levels)} random rows with "
+                f"tied logits the kept tokens break the rule; row {row}, logits "
+                f"{levels[row].astype(int).tolist()}, keeps "
+                f"{np.flatnonzero(P[row]).tolist()}, expected "
+                f"{np.flatnonzero(expected[row]).tolist()} (at a tie for the k-th "
+                f"place the lowest ids are kept)",
+                "rank with a stable sort, np.argsort(-z, kind='stable'), and keep "
+                "its first k (np.argpartition leaves tied tokens in any order)",
+            )
+        if not np.allclose(P, expected, rtol=1e-12, atol=1e-12):
+            raise CheckFailed(
+                "in proportion to the softmax",
+                f"k={k}, random rows with tied logits: the kept probabilities "
+                f"differ by up to {np.abs(P - expected).max():.2e}",
+                "take the softmax of the logits, then zero and renormalise",
+            )
 
 
 # --- Chapter 8: top-p (nucleus) sampling ----------------------------------------------

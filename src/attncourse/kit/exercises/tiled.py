@@ -18,6 +18,7 @@ __all__ = [
 
 MERGE_STATES_PROPERTIES = (
     "returns (m, l, o)",
+    "inputs unchanged",
     "merged halves equal the whole",
     "rescales the old output",
     "order does not matter",
@@ -33,7 +34,8 @@ def _state_of(S, V):
 
 
 def _merged(fn, property, a, b):
-    result = _call(fn, property, a, b)
+    given = [tuple(np.array(x) for x in state) for state in (a, b)]
+    result = _call(fn, property, *given)
     if not (isinstance(result, (tuple, list)) and len(result) == 3):
         raise CheckFailed(
             "returns (m, l, o)",
@@ -49,6 +51,14 @@ def _merged(fn, property, a, b):
             f"expected {shapes[0]}, {shapes[1]}, {shapes[2]}",
             "m and l have one entry per row, o one row per row",
         )
+    for which, state, copy in zip("ab", (a, b), given):
+        for name, x, y in zip("mlo", state, copy):
+            if not np.array_equal(x, y):
+                raise CheckFailed(
+                    "inputs unchanged",
+                    f"fn changed {name} of the state {which} it was given",
+                    "build the merged state from new arrays: never write into a or b",
+                )
     return m, l, o
 
 
@@ -72,11 +82,12 @@ def check_merge_states(fn):
     normaliser ``l = sum_j exp(s_j - m) (n,)`` and the unnormalised output
     ``o = sum_j exp(s_j - m) v_j (n, r)``. The merge must give the state of the keys of
     both parts, rescaled to the larger maximum, in either order, keep rows that have
-    seen no key (``m = -inf``, ``l = 0``) empty without NaN, and not overflow for scores
-    near 1000. Returns the names of the properties checked.
+    seen no key (``m = -inf``, ``l = 0``) empty without NaN, not overflow for scores
+    near 1000, and leave the two states it is given unchanged. Returns the names of
+    the properties checked.
 
     >>> from attncourse.tiled import merge_states
-    >>> check_merge_states(merge_states)[1]
+    >>> check_merge_states(merge_states)[2]
     'merged halves equal the whole'
     >>> check_merge_states(lambda a, b: a)
     Traceback (most recent call last):
@@ -165,13 +176,90 @@ and o alike)
 
 TILE_LOOP_PROPERTIES = (
     "shape",
+    "inputs unchanged",
     "one tile",
     "tiles that divide T",
     "tiles that do not divide T",
     "tiles of one key",
     "causal",
+    "skips the tiles above the diagonal",
     "never stores T x T",
 )
+
+
+class _Counted:
+    """Count the calls of the package's ``tile_state`` and ``merge_states`` that a
+    learner's function makes, under the names it reads them by (its module's globals,
+    and :mod:`attncourse.tiled` itself); restore them on exit."""
+
+    def __init__(self, fn):
+        from ... import tiled
+
+        self.calls = {"tile_state": 0, "merge_states": 0}
+        self._patched = []
+        spaces = [vars(tiled)]
+        for f in (fn, getattr(fn, "func", None)):  # a functools.partial: its func
+            space = getattr(f, "__globals__", None)
+            if isinstance(space, dict) and all(space is not s for s in spaces):
+                spaces.append(space)
+        for name in self.calls:
+            original = getattr(tiled, name)
+            counting = self._counting(name, original)
+            for space in spaces:
+                if space.get(name) is original:
+                    self._patched.append((space, name, original))
+                    space[name] = counting
+
+    def _counting(self, name, original):
+        def counting(*args, **kwargs):
+            self.calls[name] += 1
+            return original(*args, **kwargs)
+
+        return counting
+
+    def __enter__(self):
+        return self.calls
+
+    def __exit__(self, *exc):
+        for space, name, original in self._patched:
+            space[name] = original
+        return False
+
+
+
+def _same_inputs(given, Q, K, V, block):
+    """The learner's function must leave ``Q``, ``K`` and ``V`` as it found them."""
+    for name, x, y in zip("QKV", given, (Q, K, V)):
+        if not np.array_equal(x, y):
+            raise CheckFailed(
+                "inputs unchanged",
+                f"block={block}: fn changed the {name} it was given",
+                "work on copies or new arrays: never write into Q, K or V",
+            )
+
+
+def _skips_upper_tiles(fn, Q, K, V):
+    """Count the tiles the learner's function visits (its calls of ``tile_state``,
+    else of ``merge_states``): no more than the causal tiles."""
+    from ...tiled import causal_tiles
+
+    T, block = Q.shape[0], 4
+    causal = len(causal_tiles(T, T, block, block))
+    every = (-(-T // block)) ** 2
+    with _Counted(fn) as calls:
+        _call(fn, "skips the tiles above the diagonal", Q, K, V, block)
+    name = "tile_state" if calls["tile_state"] else "merge_states"
+    n = calls[name]
+    if n > causal:
+        raise CheckFailed(
+            "skips the tiles above the diagonal",
+            f"T={T}, block={block}: fn called {name} {n} times, once per tile, but "
+            f"only {causal} of the {every} tiles hold a key j <= i; {n - causal} "
+            f"lie entirely above the diagonal (every key after every query) and "
+            f"must be skipped",
+            "for the queries i0..i1-1 visit only the key tiles with j0 <= i1 - 1: "
+            "range(0, i1, block)",
+        )
 
 
 @reports_unfinished
@@ -180,10 +268,14 @@ def check_tile_loop(fn):
     tiles of ``block`` queries and ``block`` keys, ``Q (T, d)``, ``K (T, d)``,
     ``V (T, r)``.
 
-    ``O`` must equal :func:`attncourse.causal_attention`'s output within ``1e-12`` for
-    one tile, tiles that do and do not divide ``T``, and tiles of one key; outputs
-    must not change when later keys change; and at ``T = 1024`` with ``block = 32`` the
-    function must not allocate anything near a ``T x T`` array (``tracemalloc``).
+    ``Q``, ``K`` and ``V`` must be left unchanged. ``O`` must equal
+    :func:`attncourse.causal_attention`'s output within ``1e-12`` for one tile, tiles
+    that do and do not divide ``T``, and tiles of one key; outputs must not change
+    when later keys change; the tiles entirely above the diagonal must be skipped
+    (counted as the function's calls of :func:`attncourse.tiled.tile_state`, or else
+    of :func:`~attncourse.tiled.merge_states`); and at ``T = 1024`` with
+    ``block = 32`` the function must not allocate anything near a ``T x T`` array
+    (``tracemalloc``).
     Returns the names of the properties checked.
 
     >>> from attncourse.tiled import tiled_attention_forward
@@ -207,13 +299,15 @@ def check_tile_loop(fn):
         ("tiles that do not divide T", 3),
         ("tiles of one key", 1),
     ):
-        O = _array(_call(fn, property, Q, K, V, block), property, float)
+        given = Q.copy(), K.copy(), V.copy()
+        O = _array(_call(fn, property, *given, block), property, float)
         if O.shape != (T, r):
             raise CheckFailed(
                 "shape",
                 f"block={block}: O has shape {O.shape}, expected {(T, r)}",
                 "one output row per query, r columns",
             )
+        _same_inputs(given, Q, K, V, block)
         if not np.allclose(O, want, rtol=1e-12, atol=1e-12):
             rows = np.flatnonzero(
                 ~np.all(np.isclose(O, want, rtol=1e-12, atol=1e-12), axis=1)
@@ -235,6 +329,7 @@ def check_tile_loop(fn):
             "outputs 0..5 changed when keys 6.. changed",
             "query i reads keys j <= i only",
         )
+    _skips_upper_tiles(fn, Q, K, V)
     big = 1024
     Qb, Kb, Vb = (rng.normal(size=(big, w)) for w in (d, d, r))
     tracemalloc.start()

@@ -15,8 +15,8 @@ from ...layers.attention import (AttentionSaved, attention_backward, causal_atte
 from ...layers.head import project
 from ...layers.linear import matmul_backward
 from ...layers.multihead import (_as_inputs, init_multihead, merge_heads,
-                                multihead_backward, multihead_by_loop,
-                                multihead_forward, split_heads)
+                                multihead_backward, multihead_forward, split_heads)
+from ..examples import multihead_reference
 from ..gradients import layer_gradcheck
 from ._registry import Check, Fault, require_close, require_gradcheck
 
@@ -187,7 +187,7 @@ def _loop_reference(pair):
     forward, _ = pair
     params, X, H, key_valid, _ = _layer()
     Y, _ = forward(params, X, heads=H, key_valid=key_valid)
-    reference = multihead_by_loop(params, X, heads=H, key_valid=key_valid)
+    reference = multihead_reference(params, X, heads=H, key_valid=key_valid)
     require_close("the loop reference", "Y", Y, reference)
 
 
