@@ -36,6 +36,16 @@ PARAMETER_COUNT_PROPERTIES = (
 )
 
 
+
+def _tied_fix(dE, lookup, unembedding, *, rtol, atol):
+    """The likely fix for a wrong tied-table gradient ``dE``: which of its two uses
+    (the lookup, the unembedding) it holds alone, if either."""
+    if np.allclose(dE, lookup, rtol=rtol, atol=atol):
+        return "add the unembedding's gradient: dE = dE_lookup + dU^T"
+    if np.allclose(dE, unembedding, rtol=rtol, atol=atol):
+        return "add the lookup's gradient: dE = dE_lookup + dU^T"
+    return "E is used twice: dE = dE_lookup + dU^T, the two gradients added"
+
 @reports_unfinished
 def check_parameter_count(fn):
     """Check a learner's ``fn(config) -> int``, the number of parameters of a model.
@@ -280,12 +290,7 @@ def check_tied_gradient(fn):
         _, parts = model_loss(as_untied, ids, targets, config=untied)
         lookup, unembedding = parts["embed"]["E"], parts["unembed"]["W"].T
         dE = flat_grads["embed.E"]
-        if np.allclose(dE, lookup, rtol=1e-6, atol=1e-9):
-            fix = "add the unembedding's gradient: dE = dE_lookup + dU^T"
-        elif np.allclose(dE, unembedding, rtol=1e-6, atol=1e-9):
-            fix = "add the lookup's gradient: dE = dE_lookup + dU^T"
-        else:
-            fix = "E is used twice: dE = dE_lookup + dU^T, the two gradients added"
+        fix = _tied_fix(dE, lookup, unembedding, rtol=1e-6, atol=1e-9)
         raise CheckFailed(
             "the tied table: both uses, added",
             f"embed.E differs from central differences by up to {worst['embed.E']:.1e}",
@@ -413,12 +418,7 @@ def check_model_backward(fn):
         dU_T = d_unembed["W"].T
         lookup = reference["embed.E"] - dU_T
         g = got["embed.E"]
-        if np.allclose(g, lookup, rtol=1e-9, atol=1e-12):
-            fix = "add the unembedding's gradient: dE = dE_lookup + dU^T"
-        elif np.allclose(g, dU_T, rtol=1e-9, atol=1e-12):
-            fix = "add the lookup's gradient: dE = dE_lookup + dU^T"
-        else:
-            fix = "E is used twice: dE = dE_lookup + dU^T, the two gradients added"
+        fix = _tied_fix(g, lookup, dU_T, rtol=1e-9, atol=1e-12)
         raise CheckFailed("the tied table: both uses, added",
                           "tied model: embed.E is wrong", fix)
     return MODEL_BACKWARD_PROPERTIES

@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ...sample import probabilities
 from ..failed import CheckFailed
 from ._base import _array, _call, reports_unfinished
 
@@ -86,8 +87,6 @@ def check_top_k(fn):
     attncourse.kit.failed.CheckFailed: keeps exactly k: k=1: row 0 keeps 0 tokens \
 (likely fix: zero all but the k largest logits' tokens, keep exactly k)
     """
-    from ...sample import probabilities
-
     n_vocab = 7
     logits = 2.0 * np.random.default_rng(8).normal(size=(3, n_vocab))  # distinct values
     for k in (1, 3, 6, n_vocab, 10):
@@ -150,8 +149,6 @@ def _random_ties(fn):
     """Seeded rows of logits drawn from four integer levels, so that most rows tie at
     the k-th place: the kept set must be the package's (ties: the lowest token ids),
     which ``np.argpartition`` (no order among equals) breaks in many rows."""
-    from ...sample import probabilities
-
     levels = np.random.default_rng(18).integers(0, 4, size=(200, 9)).astype(float)
     for k in (2, 4, 7):
         P = _top_k_result(fn, levels, k)
@@ -217,8 +214,6 @@ def _top_p_result(fn, logits, p):
 
 def _top_p_kept(fn, logits, p):
     """The learner's result for ``(logits, p)``, its first four properties checked."""
-    from ...sample import probabilities
-
     P = _top_p_result(fn, logits, p)
     _in_token_order(P, probabilities(logits, top_p=p), f"p={p}")
     top = np.argmax(logits, axis=-1)
@@ -248,8 +243,6 @@ def _top_p_kept(fn, logits, p):
 
 def _describe_cut(kept, expected, logits_row, p):
     """Say how the kept set differs from the smallest prefix reaching ``p``."""
-    from ...sample import probabilities
-
     softmax_row = probabilities(logits_row)
     mass, want = float(softmax_row[kept].sum()), int(expected.sum())
     # the package's ranking: the kept set of top-k with k = the number kept
@@ -300,8 +293,6 @@ def check_top_p(fn):
 gives its most probable token 4 probability 0 (likely fix: keep the tokens ranked \
 before the one whose running sum reaches p, and that one too: the first is always kept)
     """
-    from ...sample import probabilities
-
     logits = 2.0 * np.random.default_rng(9).normal(size=(3, 7))  # distinct values
     exact = np.log([[1.0, 2.0, 3.0, 4.0]])  # softmax: [0.1, 0.2, 0.3, 0.4]
     cases = [(logits, p) for p in (0.001, 0.3, 0.5, 0.8, 0.95, 1.0)] + [(exact, 0.7)]
