@@ -37,6 +37,11 @@ from .softmax import softmax
 __all__ = [
     "TOP_P_TOLERANCE",
     "probabilities",
+    "temperature_softmax",
+    "top_k_filter",
+    "top_p_filter",
+    "token_ranks",
+    "renormalise",
     "draw",
     "sample",
     "greedy",
@@ -97,8 +102,9 @@ def _require_rng(rng):
 # --- the distribution -----------------------------------------------------------------
 
 
-def _ranks(p):
-    """Rank of each token in its row: 0 for the most probable; ties by lowest id."""
+def token_ranks(p):
+    """``(order, ranks)``: the ids by falling probability, and each token's rank in its
+    row (0 for the most probable; ties by lowest id)."""
     order = np.argsort(-p, axis=-1, kind="stable")
     ranks = np.empty_like(order)
     positions = np.broadcast_to(np.arange(p.shape[-1]), p.shape)
@@ -106,12 +112,13 @@ def _ranks(p):
     return order, ranks
 
 
-def _renormalised(p, keep):
+def renormalise(p, keep):
+    """``p`` with the tokens outside ``keep`` set to 0, rescaled to sum to 1 per row."""
     kept = np.where(keep, p, 0.0)
     return kept / kept.sum(axis=-1, keepdims=True)
 
 
-def _with_temperature(z, temperature):
+def temperature_softmax(z, temperature):
     """``softmax(z / T)``; ``T = 0``: the one-hot on the argmax (lowest id on ties)."""
     if temperature == 0.0:
         return np.eye(z.shape[-1])[np.argmax(z, axis=-1)]
@@ -120,21 +127,21 @@ def _with_temperature(z, temperature):
         return softmax(shifted / temperature)
 
 
-def _top_k(p, k):
+def top_k_filter(p, k):
     """Keep exactly the ``k`` most probable tokens (ties by lowest id); renormalise."""
     if k >= p.shape[-1]:
         return p
-    _, ranks = _ranks(p)
-    return _renormalised(p, ranks < k)
+    _, ranks = token_ranks(p)
+    return renormalise(p, ranks < k)
 
 
-def _top_p(p, top_p):
+def top_p_filter(p, top_p):
     """Keep the smallest prefix (by rank) whose sum reaches ``top_p``; renormalise."""
-    order, ranks = _ranks(p)
+    order, ranks = token_ranks(p)
     cumulative = np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)
     # tokens ranked before the cut sum to less than p; the one that reaches p is kept
     n_keep = 1 + np.sum(cumulative < top_p - TOP_P_TOLERANCE, axis=-1, keepdims=True)
-    return _renormalised(p, ranks < n_keep)
+    return renormalise(p, ranks < n_keep)
 
 
 def probabilities(logits, *, temperature=1.0, top_k=None, top_p=None):
@@ -169,11 +176,11 @@ def probabilities(logits, *, temperature=1.0, top_k=None, top_p=None):
     """
     temperature, top_k, top_p = _require_settings(temperature, top_k, top_p)
     z = _as_logits(logits)  # (..., n_vocab)
-    p = _with_temperature(z, temperature)  # (..., n_vocab)
+    p = temperature_softmax(z, temperature)  # (..., n_vocab)
     if top_k is not None:
-        p = _top_k(p, top_k)
+        p = top_k_filter(p, top_k)
     if top_p is not None:
-        p = _top_p(p, top_p)
+        p = top_p_filter(p, top_p)
     return p
 
 

@@ -123,14 +123,6 @@ was 2.5e+199): lower it, or clip the gradients
     every = as_number("every", every, "[1, inf)", integer=True, optional=True)
     if (evaluate is not None or checkpoint is not None) and every is None:
         every = steps
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps,
-                      weight_decay, clip, evaluate, every, lines, checkpoint)
-
-
-def _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps, weight_decay,
-           clip, evaluate, every, lines, checkpoint):
-    """The loop of :func:`train`, run on one BLAS thread."""
     state = adamw_init(params)
     history = {
         "step": np.arange(1, steps + 1),
@@ -141,53 +133,55 @@ def _train(params, batch, config, steps, lr, warmup, min_lr, betas, eps, weight_
     }
     shown = set(np.linspace(1, steps, lines).round().astype(int)) if lines else set()
     start, start_cpu = time.perf_counter(), time.process_time()
-    for step in range(1, steps + 1):
-        ids, targets, counted = _as_batch(batch, step)
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):  # caught just below
-                loss, grads = model_loss(
-                    params, ids, targets, config=config, counted=counted
+    with threadpool_limits(limits=1, user_api="blas"):  # one BLAS thread
+        for step in range(1, steps + 1):
+            ids, targets, counted = _as_batch(batch, step)
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):  # caught just below
+                    loss, grads = model_loss(
+                        params, ids, targets, config=config, counted=counted
+                    )
+            except ValueError:
+                if _finite_logits(params, ids, config):
+                    raise  # bad input, not divergence
+                loss = math.nan  # the parameters grew until the logits overflowed
+            rate = lr_at(step, lr=lr, warmup=warmup, total=steps, min_lr=min_lr)
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"the loss is {loss} at step {step} (the learning rate was "
+                    f"{rate:g}): lower it, or clip the gradients"
                 )
-        except ValueError:
-            if _finite_logits(params, ids, config):
-                raise  # bad input, not divergence
-            loss = math.nan  # the parameters grew until the logits overflowed
-        rate = lr_at(step, lr=lr, warmup=warmup, total=steps, min_lr=min_lr)
-        if not math.isfinite(loss):
-            raise TrainingDiverged(
-                f"the loss is {loss} at step {step} (the learning rate was {rate:g}): "
-                "lower it, or clip the gradients"
-            )
-        if clip is None:
-            norm = global_norm(grads)
-        else:
-            grads, norm = clip_by_global_norm(grads, clip)
-        with np.errstate(over="ignore", invalid="ignore"):  # divergence is caught above
-            params, state = adamw_step(
-                params,
-                grads,
-                state,
-                lr=rate,
-                betas=betas,
-                eps=eps,
-                weight_decay=weight_decay,
-            )
-        history["loss"][step - 1] = loss
-        history["lr"][step - 1] = rate
-        history["grad_norm"][step - 1] = norm
-        metrics = {}
-        if every is not None and (step % every == 0 or step == steps):
-            if evaluate is not None:
-                metrics = dict(evaluate(params))
-                history["eval"].append((step, metrics))
-            if checkpoint is not None:
-                save_model(checkpoint, params, config)
-        if step in shown:
-            extra = "".join(f"  {name} {value:.3f}" for name, value in metrics.items())
-            print(
-                f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}{extra}"
-                f"  ({time.perf_counter() - start:.1f} s)"
-            )
+            if clip is None:
+                norm = global_norm(grads)
+            else:
+                grads, norm = clip_by_global_norm(grads, clip)
+            with np.errstate(over="ignore", invalid="ignore"):  # see the check above
+                params, state = adamw_step(
+                    params,
+                    grads,
+                    state,
+                    lr=rate,
+                    betas=betas,
+                    eps=eps,
+                    weight_decay=weight_decay,
+                )
+            history["loss"][step - 1] = loss
+            history["lr"][step - 1] = rate
+            history["grad_norm"][step - 1] = norm
+            metrics = {}
+            if every is not None and (step % every == 0 or step == steps):
+                if evaluate is not None:
+                    metrics = dict(evaluate(params))
+                    history["eval"].append((step, metrics))
+                if checkpoint is not None:
+                    save_model(checkpoint, params, config)
+            if step in shown:
+                extra = "".join(f"  {name} {value:.3f}" for name, value in
+                                metrics.items())
+                print(
+                    f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}{extra}"
+                    f"  ({time.perf_counter() - start:.1f} s)"
+                )
     history["seconds"] = time.perf_counter() - start
     history["cpu_seconds"] = time.process_time() - start_cpu
     return params, history
