@@ -134,19 +134,25 @@ def test_incremental_attention_broadcasts_a_batch_held_by_the_keys_alone():
         assert_allclose(got, want, rtol=0, atol=ATOL)
 
 
-@pytest.mark.parametrize("inputs", [np.float64, np.float32])
-def test_incremental_attention_backward_takes_a_float32_G_as_the_reference_does(inputs):
+F32, F64 = np.float32, np.float64
+
+
+@pytest.mark.parametrize("dtypes", [(F64, F64, F64, F32), (F32, F32, F32, F32),
+                                    (F32, F32, F32, F64), (F32, F64, F32, F32)])
+def test_incremental_attention_backward_takes_a_float32_G_as_the_reference_does(dtypes):
     # G in float32 (a float32 model's upstream gradient): the gradients are the
-    # reference's, in the reference's dtype -- float32 only if Q, K, V are float32 too
+    # reference's, in the reference's dtype -- float32 only if Q, K, V and G all are;
+    # a float64 G, or one float64 input among float32 ones, makes them float64
     rng = np.random.default_rng(9)
     T_q, T_k, d, r, offset = 3, 5, 4, 2, 2
-    Q, K, V = (rng.normal(size=(2, n, w)).astype(inputs)
-               for n, w in ((T_q, d), (T_k, d), (T_k, r)))
-    G = rng.normal(size=(2, T_q, r)).astype(np.float32)
-    eps = np.finfo(np.result_type(inputs, np.float32)).eps
+    Q, K, V, G = (rng.normal(size=(2, n, w)).astype(dtype) for (n, w), dtype in
+                  zip(((T_q, d), (T_k, d), (T_k, r), (T_q, r)), dtypes))
+    dtype = np.result_type(*dtypes)
+    # the rounding is float32's wherever two float32 arrays meet in a product
+    eps = np.finfo(F32 if dtypes.count(F32) >= 2 else F64).eps
     for got, want in zip(cf.incremental_attention_backward(Q, K, V, G, offset),
                          la.causal_attention_backward(Q, K, V, G, offset)):
-        assert got.dtype == want.dtype == np.result_type(inputs, np.float32)
+        assert got.dtype == want.dtype == dtype
         assert_allclose(got, want, rtol=0, atol=64 * eps)
     with pytest.raises(ValueError, match=r"G must have the shape of the output, "
                                          r"\(2, 3, 2\), got \(2, 3, 3\)"):

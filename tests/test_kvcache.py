@@ -248,7 +248,9 @@ def test_decode_step_rejects_a_config_that_does_not_fit_the_params(model):
 def test_decode_step_rejects_ids_of_the_wrong_shape(model):
     params, config = model
     _, cache = prefill(params, token_ids((2, 3)), config=config)
-    with pytest.raises(ValueError, match=r"one token per sequence.*\(2,\).*\(3,\)"):
+    with pytest.raises(ValueError, match=r"^decode_step takes one token per sequence: "
+                                         r"ids must have the cache's batch shape "
+                                         r"\(2,\), got shape \(3,\)$"):
         decode_step(params, cache, np.array([1, 2, 3]), config=config)
     with pytest.raises(ValueError, match=r"one token per sequence.*\(2,\).*\(2, 1\)"):
         decode_step(params, cache, np.array([[1], [2]]), config=config)
@@ -262,7 +264,8 @@ def test_decode_step_rejects_ids_of_the_wrong_shape(model):
 def test_decode_step_rejects_a_full_cache(model):
     params, config = model
     _, cache = prefill(params, token_ids((config.T_max,)), config=config)
-    with pytest.raises(ValueError, match=r"the cache is full: position 9.*T_max=9"):
+    with pytest.raises(ValueError, match=r"^the cache is full: position 9 has no row "
+                                         r"in the position table \(config.T_max=9\)$"):
         decode_step(params, cache, np.array(0), config=config)
 
 
@@ -275,7 +278,9 @@ def test_decode_step_rejects_a_cache_that_is_not_one(model):
         decode_step(params, cache._replace(blocks=cache.blocks[:1]), np.array(0),
                     config=config)
     wrong = cache._replace(position=4)  # the arrays hold 3 positions
-    with pytest.raises(ValueError, match=r"block 0's cached keys.*\(\.\.\., 3, 4, 4\)"):
+    with pytest.raises(ValueError, match=r"^block 0's cached keys must have shape "
+                                         r"\(\.\.\., heads, position, d\) = "
+                                         r"\(\.\.\., 3, 4, 4\), got \(3, 3, 4\)$"):
         decode_step(params, wrong, np.array(0), config=config)
     short = cache._replace(blocks=(BlockCache(cache.blocks[0].keys,
                                               cache.blocks[0].values[..., :2, :]),

@@ -501,7 +501,7 @@ def test_key_valid_from_lengths_left_and_right():
             r"lengths must be a 1-D array of integers, got shape \(1,\) and dtype "
             r"float64",
         ),
-        ([1], 4, "middle", r"side must be 'left' or 'right', got 'middle'"),
+        ([1], 4, "middle", r"^side must be 'left' or 'right', got 'middle'$"),
     ],
 )
 def test_key_valid_from_lengths_rejects_bad_input(lengths, T, side, message):
@@ -571,7 +571,7 @@ def test_combine_masks():
     )
     with pytest.raises(ValueError, match="^combine_masks needs at least one mask$"):
         combine_masks()
-    with pytest.raises(ValueError, match=r"mask 1 must be boolean, got dtype int64"):
+    with pytest.raises(ValueError, match=r"^mask 1 must be boolean, got dtype int64$"):
         combine_masks(a, np.array([1, 0]))
     with pytest.raises(
         ValueError, match=r"masks do not broadcast: shapes \[\(2, 2\), \(3,\)\]"

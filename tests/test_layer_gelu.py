@@ -121,8 +121,10 @@ def test_the_pair_has_no_parameters():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: gelu_forward({"W": 1.0}, np.ones(2)), "gelu has no parameters"),
-    (lambda: gelu_forward(None, np.ones(2)), "gelu has no parameters"),
+    (lambda: gelu_forward({"W": 1.0}, np.ones(2)),
+     r"^gelu has no parameters: params must be \{\}, got \{'W': 1.0\}$"),
+    (lambda: gelu_forward(None, np.ones(2)),
+     r"^gelu has no parameters: params must be \{\}, got None$"),
     (lambda: gelu_forward({}, np.ones(2), approximate="tanh"),
      "approximate must be True or False, got 'tanh'"),
     (lambda: gelu(np.ones(2), approximate=1), "approximate must be True or False"),

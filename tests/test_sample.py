@@ -259,9 +259,12 @@ def test_draw_never_returns_a_token_of_probability_zero():
 
 
 @pytest.mark.parametrize("P, match", [
-    (np.array([0.5, 0.6]), "row sums from 1.1"),
+    (np.array([0.5, 0.6]), r"^P must hold probabilities \(>= 0, each row summing to 1 "
+                           r"within 1e-9\); got shape \(2,\) with row sums from 1.1 to "
+                           r"1.1$"),
     (np.array([1.5, -0.5]), r"P must hold probabilities \(>= 0"),
-    (np.zeros((2, 0)), r"n_vocab >= 1, got shape \(2, 0\)"),
+    (np.zeros((2, 0)),
+     r"^P must have shape \(\.\.\., n_vocab\) with n_vocab >= 1, got shape \(2, 0\)$"),
 ])
 def test_draw_rejects_what_is_not_a_distribution(P, match):
     with pytest.raises(ValueError, match=match):
@@ -295,10 +298,13 @@ def test_bad_settings_raise_a_value_error_naming_them(settings, match):
 
 
 @pytest.mark.parametrize("z, match", [
-    (np.array([1.0, np.nan, 0.0]), "logits must not hold NaN: 1 NaN entries"),
+    (np.array([1.0, np.nan, 0.0]),
+     r"^logits must not hold NaN: 1 NaN entries in logits of shape \(3,\)$"),
     (np.array([1.0, np.inf]), r"^logits must not hold \+inf: 1 \+inf entries"),
     (np.array([[0.0, 1.0], [-np.inf, -np.inf]]), r"row \(1,\) .* is all -inf"),
-    (np.zeros((3, 0)), r"n_vocab >= 1, got shape \(3, 0\)"),
+    (np.zeros((3, 0)),
+     r"^logits must have shape \(\.\.\., n_vocab\) with n_vocab >= 1, got shape "
+     r"\(3, 0\)$"),
     (np.float64(1.0), r"got shape \(\)"),
     (np.array(["a", "b"]), "logits must be an array of real numbers, got dtype <U1"),
     (np.array([1 + 2j, 0j]), "real numbers, got dtype complex128"),
@@ -397,7 +403,8 @@ def test_generate_is_deterministic_given_the_seed_and_greedy_at_temperature_zero
 
 
 @pytest.mark.parametrize("prompt, n_new, kw, match", [
-    (np.array([], dtype=int), 2, {}, r"prompt must be token ids .* got shape \(0,\)"),
+    (np.array([], dtype=int), 2, {}, r"^prompt must be token ids of shape \(t,\) or "
+                                     r"\(batch, t\) with t >= 1, got shape \(0,\)$"),
     (np.zeros((1, 2, 3), dtype=int), 2, {}, r"got shape \(1, 2, 3\)"),
     (np.array([1, 11]), 2, {}, "prompt out of range for a vocabulary of 11 tokens"),
     (np.array([1.0, 2.0]), 2, {}, "prompt must be integers, got dtype float64"),

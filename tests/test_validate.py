@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-from attncourse._validate import (as_float_array, as_ids, require_params,
-                                  require_sizes, shaped)
+from attncourse._validate import (as_float_array, as_ids, is_int, require_a,
+                                  require_broadcast, require_like, require_params,
+                                  require_sizes, require_that, shaped)
 from attncourse.layers.multihead import init_multihead, multihead_forward, split_heads
 
 
@@ -228,3 +229,55 @@ def test_shaped_gives_the_same_verdicts_on_a_signature_seen_before():
         assert shaped("X(T, D)", [[1, 2]]).dtype == np.float64  # converted each time
         with pytest.raises(ValueError, match=r"^ids must be an array of integers"):
             shaped("ids(T):int", np.ones(3))
+
+
+# --- require_that, require_a, require_broadcast, is_int -------------------------------
+
+
+def test_require_that_formats_its_message_only_when_the_condition_fails():
+    class Loud:
+        def __format__(self, spec):
+            raise AssertionError("formatted although the condition held")
+
+    assert require_that(True, "never shown {}", Loud()) is None
+    with pytest.raises(ValueError, match=r"^n must be positive, got -3 \(of 'x'\)$"):
+        require_that(False, "n must be positive, got {} (of {!r})", -3, "x")
+    with pytest.raises(ValueError, match=r"^params must be \{\}$"):
+        require_that({"W": 1} == {}, "params must be {{}}")
+    with pytest.raises(ValueError, match=r"^no mask$"):
+        require_that([], "no mask")  # an empty sequence is a failed condition
+
+
+def test_require_a_names_the_argument_the_kind_and_the_type_it_got():
+    assert require_a("config", (1,), tuple) is None
+    with pytest.raises(ValueError, match=r"^config must be a tuple, got dict$"):
+        require_a("config", {}, tuple)
+    with pytest.raises(
+        ValueError, match=r"^rng must be a numpy.random.Generator \(seeded\), got int$"
+    ):
+        require_a("rng", 0, np.random.Generator, "a numpy.random.Generator (seeded)")
+
+
+def test_require_broadcast_returns_the_shape_or_raises_the_message():
+    assert require_broadcast([(2, 1), (3,), ()], "never shown") == (2, 3)
+    assert require_broadcast([], "never shown") == ()
+    with pytest.raises(
+        ValueError, match=r"^shapes do not broadcast: \[\(2,\), \(4,\)\]$"
+    ):
+        require_broadcast([(2,), (4,)], "shapes do not broadcast: {}", [(2,), (4,)])
+
+
+def test_require_like_converts_nothing_and_names_the_shape_expected():
+    ids = np.zeros((2, 5), dtype=np.int64)
+    assert require_like("targets", ids, (2, 5), "ids") is ids  # still integers
+    message = r"^targets must have the shape of ids, \(2, 5\), got \(5, 2\)$"
+    with pytest.raises(ValueError, match=message):
+        require_like("targets", ids.T, [2, 5], "ids")
+
+
+@pytest.mark.parametrize("n, verdict", [
+    (3, True), (np.int64(3), True), (np.uint8(0), True), (-1, True),
+    (True, False), (np.bool_(False), False), (3.0, False), ("3", False), (None, False),
+])
+def test_is_int_accepts_integers_and_rejects_booleans(n, verdict):
+    assert is_int(n) is verdict

@@ -4,7 +4,10 @@ fault.
 Validators raise ``ValueError``; they are named ``shaped``, ``as_*`` or ``require_*``.
 The prefix ``check_`` is reserved for the learner checkers of
 :mod:`attncourse.kit.exercises`. A public function of the core validates its arrays in
-one declarative line, :func:`shaped`, with the shapes its docstring states.
+one declarative line, :func:`shaped`, with the shapes its docstring states; any other
+constraint is one statement too: :func:`require_that` (a condition and its message,
+formatted only on failure) or one of the named validators below. A check inside a loop
+over every array of a model stays an inline ``if ...: raise`` (no call per array).
 """
 
 import functools
@@ -14,8 +17,9 @@ import re
 
 import numpy as np
 
-__all__ = ["shaped", "as_float_array", "as_ids", "require_sizes", "require_params",
-           "as_params", "as_number", "as_float_like", "require_bool"]
+__all__ = ["shaped", "require_that", "require_a", "require_broadcast",
+           "as_float_array", "as_ids", "require_sizes", "require_params", "as_params",
+           "as_number", "as_float_like", "require_like", "require_bool"]
 
 _PASSED = set()  # the signatures shaped has seen pass unconverted (see shaped)
 _ARRAY = re.compile(r"(\w+)\(([^)]*)\)(:int)?")
@@ -71,48 +75,80 @@ def shaped(spec, *arrays):
     if signature in _PASSED:
         return arrays[0] if len(arrays) == 1 else arrays
     parsed = _parse(spec)
-    if len(parsed) != len(arrays):
-        raise ValueError(f"{spec!r} names {len(parsed)} arrays, got {len(arrays)}")
+    require_that(len(parsed) == len(arrays), "{!r} names {} arrays, got {}", spec,
+                 len(parsed), len(arrays))
     sizes, owner, batches, out = {}, {}, [], []
     for (name, want, tail, lead, integer), x in zip(parsed, arrays):
-        if x is None:
-            out.append(None)
-            continue
-        if not (type(x) is np.ndarray and x.dtype.kind == "f" and not integer):
-            x = np.asarray(x)
-            if not integer:
-                x = as_float_array(name, x)
-            elif x.dtype.kind not in "iu":
-                raise ValueError(f"{name} must be an array of integers (token ids), "
-                                 f"got dtype {x.dtype}")
-        shape, k = x.shape, len(tail)
-        if len(shape) < k or (not lead and len(shape) != k):
-            raise ValueError(f"{name} must have shape {want}, got shape {shape}")
-        for dim, n in zip(tail, shape[len(shape) - k:]):
-            if dim.__class__ is int:
-                if n != dim:
-                    raise ValueError(f"{name} must have shape {want}, got shape "
-                                     f"{shape}")
-            elif dim not in sizes:
-                sizes[dim], owner[dim] = n, name
-            elif n != sizes[dim]:
-                raise ValueError(f"{name} must have shape {want} with "
-                                 f"{dim}={sizes[dim]} (as in {owner[dim]}), got shape "
-                                 f"{shape}")
-        if lead and len(shape) > k:
-            batches.append((name, shape[:len(shape) - k]))
+        if x is not None and not (type(x) is np.ndarray and x.dtype.kind == "f"
+                                  and not integer):
+            x = np.asarray(x) if integer else as_float_array(name, x)
+            require_that(not integer or x.dtype.kind in "iu", "{} must be an array of "
+                         "integers (token ids), got dtype {}", name, x.dtype)
         out.append(x)
-    if len({b for _, b in batches}) > 1:
-        try:
-            np.broadcast_shapes(*(b for _, b in batches))
-        except ValueError:
-            listed = ", ".join(f"{n} {b}" for n, b in batches)
-            raise ValueError(
-                f"leading batch dimensions do not broadcast: {listed}"
-            ) from None
+        shape, k = getattr(x, "shape", ()), len(tail)
+        require_that(x is None or len(shape) == k or lead and len(shape) > k, "{} must "
+                     "have shape {}, got shape {}", name, want, shape)
+        for dim, n in zip(tail, shape[len(shape) - k:] if x is not None else ()):
+            named = dim.__class__ is not int  # a size name, or a number
+            size = sizes.setdefault(dim, n) if named else dim
+            where = f" with {dim}={size} (as in {owner.setdefault(dim, name)})" * named
+            require_that(n == size, "{} must have shape {}{}, got shape {}", name, want,
+                         where, shape)
+        batches += [(name, shape[:len(shape) - k])] if lead and len(shape) > k else []
+    require_broadcast([b for _, b in batches], "leading batch dimensions do not "
+                      "broadcast: {}", ", ".join(f"{n} {b}" for n, b in batches))
     if all(x is y for x, y in zip(out, arrays)) and len(_PASSED) < 4096:
         _PASSED.add(signature)  # nothing was converted: the same input passes as is
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def require_that(ok, message, *values):
+    """Raise ``ValueError(message.format(*values))`` unless ``ok``: one constraint, one
+    statement, the message formatted only when it fails.
+
+    >>> require_that(2 > 1, "never shown {}", 0)
+    >>> require_that(0 > 1, "n must be positive, got {}", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: n must be positive, got 0
+    """
+    if not ok:
+        raise ValueError(message.format(*values))
+
+
+def require_a(name, x, kind, what=None):
+    """Raise ``ValueError`` unless ``x`` is an instance of ``kind``, named ``what``
+    (default: ``"a " + kind.__name__``).
+
+    >>> require_a("config", {}, tuple)
+    Traceback (most recent call last):
+    ...
+    ValueError: config must be a tuple, got dict
+    """
+    require_that(isinstance(x, kind), "{} must be {}, got {}", name,
+                 what or f"a {kind.__name__}", type(x).__name__)
+
+
+def require_broadcast(shapes, message, *values):
+    """Return the broadcast shape of ``shapes``, or raise
+    ``ValueError(message.format(*values))``.
+
+    >>> require_broadcast([(2, 1), (3,)], "never shown")
+    (2, 3)
+    >>> require_broadcast([(2,), (4,)], "shapes do not broadcast: {}", [(2,), (4,)])
+    Traceback (most recent call last):
+    ...
+    ValueError: shapes do not broadcast: [(2,), (4,)]
+    """
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(message.format(*values)) from None
+
+
+def is_int(n):
+    """Whether ``n`` is an integer (a numpy integer too) and not a bool."""
+    return _is_a(n, (int, np.integer))
 
 
 def as_float_array(name, x, *, min_ndim=0, ndim=None):
@@ -130,14 +166,13 @@ def as_float_array(name, x, *, min_ndim=0, ndim=None):
     ValueError: W must be 2-D, got shape (1,)
     """
     x = np.asarray(x)
-    if x.dtype.kind not in "fc":
-        if x.dtype.kind not in "biu":
-            raise ValueError(f"{name} must be an array of numbers, got dtype {x.dtype}")
-        x = x.astype(np.float64)
-    if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {x.shape}")
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must be at least {min_ndim}-D, got shape {x.shape}")
+    require_that(x.dtype.kind in "biufc", "{} must be an array of numbers, got dtype "
+                 "{}", name, x.dtype)
+    x = x if x.dtype.kind in "fc" else x.astype(np.float64)
+    require_that(ndim in (None, x.ndim), "{} must be {}-D, got shape {}", name, ndim,
+                 x.shape)
+    require_that(x.ndim >= min_ndim, "{} must be at least {}-D, got shape {}", name,
+                 min_ndim, x.shape)
     return x
 
 
@@ -163,18 +198,19 @@ def as_ids(ids, n_vocab, name="ids", *, ndim=None):
     """
     require_sizes(n_vocab=n_vocab)
     ids = np.asarray(ids)
-    if ndim is not None and ids.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {ids.shape}")
-    if ids.size == 0:
-        return ids.astype(np.int64)
-    if ids.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be integers, got dtype {ids.dtype}")
-    bad = np.unique(ids[(ids < 0) | (ids >= n_vocab)])
-    if bad.size:
-        shown = ", ".join([str(int(v)) for v in bad[:10]] + ["..."] * (bad.size > 10))
-        raise ValueError(f"{name} out of range for a vocabulary of {n_vocab} tokens "
-                         f"(valid ids are 0..{n_vocab - 1}): [{shown}]")
+    require_that(ndim in (None, ids.ndim), "{} must be {}-D, got shape {}", name, ndim,
+                 ids.shape)
+    require_that(ids.size == 0 or ids.dtype.kind in "iu", "{} must be integers, got "
+                 "dtype {}", name, ids.dtype)
+    bad = np.unique(ids[(ids < 0) | (ids >= n_vocab)]) if ids.size else ()
+    require_that(len(bad) == 0, "{} out of range for a vocabulary of {} tokens (valid "
+                 "ids are 0..{}): [{}]", name, n_vocab, n_vocab - 1, _listed(bad))
     return ids.astype(np.int64)
+
+
+def _listed(values):
+    """``"3, 4, ..."``: the first ten ``values`` (as ints), then an ellipsis."""
+    return ", ".join([str(int(v)) for v in values[:10]] + ["..."] * (len(values) > 10))
 
 
 def _is_a(x, kind):
@@ -185,10 +221,6 @@ def _is_a(x, kind):
     [True, True, False, False]
     """
     return isinstance(x, kind) and not isinstance(x, (bool, np.bool_))
-
-
-def _is_int(n):
-    return _is_a(n, (int, np.integer))
 
 
 def require_sizes(*, allow_zero=False, **sizes):
@@ -207,13 +239,16 @@ def require_sizes(*, allow_zero=False, **sizes):
     ...
     ValueError: sizes must be positive integers: T=True (got T=True)
     """
-    lowest = 0 if allow_zero else 1
-    bad = [k for k, n in sizes.items() if not (_is_int(n) and n >= lowest)]
-    if bad:
+    bad = {k: n for k, n in sizes.items() if not (is_int(n) and n >= 1 - allow_zero)}
+    if bad:  # the message is built only on failure: sizes are checked on every call
         kind = "non-negative" if allow_zero else "positive"
-        wrong = ", ".join(f"{k}={sizes[k]!r}" for k in bad)
-        listed = ", ".join(f"{k}={v!r}" for k, v in sizes.items())
-        raise ValueError(f"sizes must be {kind} integers: {wrong} (got {listed})")
+        raise ValueError(f"sizes must be {kind} integers: {_pairs(bad)} "
+                         f"(got {_pairs(sizes)})")
+
+
+def _pairs(named):
+    """``"T=5, heads=0"``: the items of the dict ``named``, their values as repr."""
+    return ", ".join(f"{k}={v!r}" for k, v in named.items())
 
 
 def require_params(layer, params, names):
@@ -224,17 +259,10 @@ def require_params(layer, params, names):
     ...
     ValueError: linear params lack ['W']; they need ['W'], got keys ['b']
     """
-    if not isinstance(params, dict):
-        raise ValueError(
-            f"{layer} params must be a dict of named arrays, got "
-            f"{type(params).__name__}"
-        )
+    require_a(f"{layer} params", params, dict, "a dict of named arrays")
     missing = [n for n in names if n not in params]
-    if missing:
-        raise ValueError(
-            f"{layer} params lack {missing}; they need {list(names)}, got keys "
-            f"{sorted(params)}"
-        )
+    require_that(not missing, "{} params lack {}; they need {}, got keys {}", layer,
+                 missing, list(names), missing and sorted(params))
 
 
 def as_params(layer, params, names):
@@ -251,7 +279,7 @@ def as_params(layer, params, names):
     values = []
     for name in names:
         node = params
-        for key in name.split("."):
+        for key in name.split("."):  # (inline: this runs for every array of a layer)
             if not (isinstance(node, dict) and key in node):
                 raise ValueError(
                     f"{layer} params lack {name!r}; they need {list(names)}")
@@ -279,14 +307,12 @@ def as_number(name, x, interval="(-inf, inf)", *, integer=False, optional=False)
     if x is None and optional:
         return None
     low, high = (float(end) for end in interval[1:-1].split(","))
-    kind = numbers.Integral if integer else numbers.Real
-    ok = _is_a(x, kind) and math.isfinite(x)
-    if ok and (low < x or (interval[0] == "[" and x == low)) \
-            and (x < high or (interval[-1] == "]" and x == high)):
-        return int(x) if integer else float(x)
-    kind = "an integer" if integer else "a finite number"
-    raise ValueError(f"{name} must be {'None or ' * optional}{kind} in {interval}, "
-                     f"got {x!r}")
+    ok = _is_a(x, numbers.Integral if integer else numbers.Real) and math.isfinite(x)
+    require_that(ok and (low < x or (interval[0] == "[" and x == low))
+                 and (x < high or (interval[-1] == "]" and x == high)),
+                 "{} must be {}{} in {}, got {!r}", name, "None or " * optional,
+                 "an integer" if integer else "a finite number", interval, x)
+    return int(x) if integer else float(x)
 
 
 def as_float_like(name, x, shape, of):
@@ -298,10 +324,20 @@ def as_float_like(name, x, shape, of):
     ...
     ValueError: dY must have the shape of Y (and X), (2, 3), got (3, 2)
     """
-    x = as_float_array(name, x)
-    if x.shape != tuple(shape):
-        raise ValueError(f"{name} must have the shape of {of}, {tuple(shape)}, "
-                         f"got {x.shape}")
+    return require_like(name, as_float_array(name, x), shape, of)
+
+
+def require_like(name, x, shape, of):
+    """Return the array ``x`` if it has the given ``shape``, that of ``of``, or raise
+    ``ValueError``; nothing is converted.
+
+    >>> require_like("targets", np.zeros((2, 4), int), (2, 5), "ids")
+    Traceback (most recent call last):
+    ...
+    ValueError: targets must have the shape of ids, (2, 5), got (2, 4)
+    """
+    require_that(x.shape == tuple(shape), "{} must have the shape of {}, {}, got {}",
+                 name, of, tuple(shape), x.shape)
     return x
 
 
@@ -313,5 +349,5 @@ def require_bool(name, x):
     ...
     ValueError: approximate must be True or False, got 'tanh'
     """
-    if not isinstance(x, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {x!r}")
+    require_that(isinstance(x, (bool, np.bool_)), "{} must be True or False, got {!r}",
+                 name, x)

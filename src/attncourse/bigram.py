@@ -15,7 +15,8 @@ bigram model can do on a text is its conditional entropy
 
 import numpy as np
 
-from ._validate import as_ids, as_number, as_params, require_sizes, shaped
+from ._validate import (as_ids, as_number, as_params, require_sizes, require_that,
+                        shaped)
 from .layers.embedding import embedding_backward, embedding_forward
 from .layers.linear import linear_backward, linear_forward
 from .loss import cross_entropy_backward, cross_entropy_forward
@@ -39,9 +40,8 @@ def bigram_pairs(ids):
     (array([3, 1]), array([1, 2]))
     """
     ids = np.asarray(ids)
-    if ids.ndim != 1 or ids.size < 2:
-        raise ValueError(f"need a 1-D sequence of at least 2 ids to form pairs, got "
-                         f"shape {ids.shape}")
+    require_that(ids.ndim == 1 and ids.size >= 2, "need a 1-D sequence of at least 2 "
+                 "ids to form pairs, got shape {}", ids.shape)
     return ids[:-1], ids[1:]  # x_t = ids[t], y_t = ids[t + 1]
 
 
@@ -71,11 +71,10 @@ def conditional_entropy(C):
     True
     """
     C = shaped("C(n_vocab, n_vocab)", np.asarray(C, dtype=np.float64))
-    if not (np.isfinite(C).all() and (C >= 0).all()):
-        raise ValueError("counts must be finite and non-negative")
+    require_that(np.isfinite(C).all() and (C >= 0).all(), "counts must be finite and "
+                 "non-negative")
     N = C.sum()
-    if N == 0:
-        raise ValueError("counts are all zero: the entropy of no data is undefined")
+    require_that(N != 0, "counts are all zero: the entropy of no data is undefined")
     row = C.sum(axis=1, keepdims=True)  # C_a
     seen = C > 0
     # C_ab / C_a where C_ab > 0

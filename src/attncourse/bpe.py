@@ -29,7 +29,7 @@ from importlib import resources
 
 import numpy as np
 
-from ._validate import as_ids, as_number
+from ._validate import as_ids, as_number, is_int, require_a, require_that
 
 __all__ = [
     "CHUNK", "SHA256", "shakespeare", "split_text", "heldout_overlap",
@@ -57,9 +57,8 @@ def shakespeare():
     """
     data = CORPUS.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    if digest != SHA256:
-        raise ValueError(f"the corpus {CORPUS} has SHA-256 {digest}, expected {SHA256}:"
-                         " the copy is damaged; reinstall attncourse")
+    require_that(digest == SHA256, "the corpus {} has SHA-256 {}, expected {}: the "
+                 "copy is damaged; reinstall attncourse", CORPUS, digest, SHA256)
     return data.decode("utf-8")
 
 
@@ -227,8 +226,7 @@ def _as_text(text):
     ValueError: text holds a lone surrogate '\\ud800' at position 1, which UTF-8 cannot
     encode
     """
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    require_a("text", text, str)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -239,14 +237,10 @@ def _as_text(text):
 
 def _as_pair(pair):
     """Return ``pair`` as a tuple of two non-negative ints, or raise ``ValueError``."""
-    if not (len(pair := tuple(pair)) == 2 and all(_is_id(x) for x in pair)):
-        raise ValueError(f"a merge must be a pair of token ids, got {pair!r}")
+    pair = tuple(pair)
+    require_that(len(pair) == 2 and all(is_int(x) and x >= 0 for x in pair), "a merge "
+                 "must be a pair of token ids, got {!r}", pair)
     return int(pair[0]), int(pair[1])
-
-
-def _is_id(x):
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) \
-        and x >= 0
 
 
 def _as_merges(merges):
@@ -262,14 +256,13 @@ def _as_merges(merges):
     ...
     ValueError: merge 1 repeats merge 0, (97, 98)
     """
-    if isinstance(merges, (str, bytes)) or not hasattr(merges, "__iter__"):
-        raise ValueError(f"merges must be a list of pairs, got {type(merges).__name__}")
+    require_that(hasattr(merges, "__iter__") and not isinstance(merges, (str, bytes)),
+                 "merges must be a list of pairs, got {}", type(merges).__name__)
     pairs, first = [], {}
     for i, pair in enumerate(merges):
         pairs.append(pair := _as_pair(pair))
-        if max(pair) >= 256 + i:
-            raise ValueError(f"merge {i} is {pair}, but only tokens 0..{255 + i} exist "
-                             "before it")
-        if first.setdefault(pair, i) != i:
-            raise ValueError(f"merge {i} repeats merge {first[pair]}, {pair}")
+        require_that(max(pair) < 256 + i, "merge {} is {}, but only tokens 0..{} exist "
+                     "before it", i, pair, 255 + i)
+        require_that(first.setdefault(pair, i) == i, "merge {} repeats merge {}, {}", i,
+                     first[pair], pair)
     return pairs

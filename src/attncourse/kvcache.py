@@ -41,15 +41,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import require_sizes
+from ._validate import as_ids, require_that
 from .layers.block import block_forward
 from .layers.embedding import embedding_forward
 from .layers.layernorm import layernorm_forward
 from .layers.linear import linear_forward
 from .layers.positions import positions_forward
-from .model import _require_config, _require_model, _unembedding, model_forward
-from .sample import _require_rng, _require_settings, sample
-from ._validate import as_ids
+from .model import _require_model, _unembedding, model_forward
+from .sample import _require_generation, sample
 
 __all__ = [
     "BlockCache",
@@ -112,31 +111,25 @@ def prefill(params, ids, *, config, key_valid=None):
 def _check_step(params, cache, ids, config):
     """Return ``ids`` as int64 of the cache's batch shape, or raise ``ValueError``."""
     _require_model(params, config)
-    if not isinstance(cache, KVCache) or len(cache.blocks) != config.layers:
-        got = (f"{len(cache.blocks)} blocks" if isinstance(cache, KVCache)
-               else type(cache).__name__)
-        raise ValueError(f"cache must be a KVCache with one BlockCache per block "
-                         f"(config.layers={config.layers}), got {got}")
-    t, width = cache.position, (config.heads, config.d)
+    cached = isinstance(cache, KVCache)
+    require_that(cached and len(cache.blocks) == config.layers, "cache must be a "
+                 "KVCache with one BlockCache per block (config.layers={}), got {}",
+                 config.layers,
+                 f"{len(cache.blocks)} blocks" if cached else type(cache).__name__)
+    t, H, d = cache.position, config.heads, config.d
     for i, block in enumerate(cache.blocks):
         for name, M in (("keys", block.keys), ("values", block.values)):
-            shape = np.shape(M)
-            if len(shape) < 3 or shape[-3:] != (width[0], t, width[1]):
-                raise ValueError(
-                    f"block {i}'s cached {name} must have shape (..., heads, position, "
-                    f"d) = (..., {width[0]}, {t}, {width[1]}), got {shape}")
+            require_that(np.shape(M)[-3:] == (H, t, d), "block {}'s cached {} must "
+                         "have shape (..., heads, position, d) = (..., {}, {}, {}), "
+                         "got {}", i, name, H, t, d, np.shape(M))
     kv = cache.key_valid
-    if kv is not None and np.shape(kv)[-1:] != (t,):
-        raise ValueError(f"cache.key_valid must have shape (..., position) = "
-                         f"(..., {t}), got {np.shape(kv)}")
-    ids = as_ids(ids, config.n_vocab)
-    batch = cache.blocks[0].keys.shape[:-3]
-    if ids.shape != batch:
-        raise ValueError(f"decode_step takes one token per sequence: ids must have the "
-                         f"cache's batch shape {batch}, got shape {ids.shape}")
-    if cache.position >= config.T_max:
-        raise ValueError(f"the cache is full: position {cache.position} has no row in "
-                         f"the position table (config.T_max={config.T_max})")
+    require_that(kv is None or np.shape(kv)[-1:] == (t,), "cache.key_valid must have "
+                 "shape (..., position) = (..., {}), got {}", t, np.shape(kv))
+    ids, batch = as_ids(ids, config.n_vocab), cache.blocks[0].keys.shape[:-3]
+    require_that(ids.shape == batch, "decode_step takes one token per sequence: ids "
+                 "must have the cache's batch shape {}, got shape {}", batch, ids.shape)
+    require_that(t < config.T_max, "the cache is full: position {} has no row in the "
+                 "position table (config.T_max={})", t, config.T_max)
     return ids
 
 
@@ -181,15 +174,7 @@ def generate_cached(params, prompt, n_new, *, config, rng, temperature=1.0,
     at another position, so the cache cannot serve and each such step is a
     :func:`prefill` of the window (the same computation as ``generate``'s).
     """
-    _require_config(config)
-    _require_rng(rng)
-    _require_settings(temperature, top_k, top_p)
-    require_sizes(allow_zero=True, n_new=n_new)
-    ids = np.asarray(prompt)
-    if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
-        raise ValueError(f"prompt must be token ids of shape (t,) or (batch, t) with "
-                         f"t >= 1, got shape {ids.shape}")
-    ids = as_ids(ids, config.n_vocab, name="prompt")
+    ids = _require_generation(prompt, n_new, config, rng, temperature, top_k, top_p)
     logits, cache = prefill(params, ids[..., -config.T_max:], config=config)
     logits = logits[..., -1, :]
     for step in range(n_new):

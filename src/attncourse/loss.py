@@ -21,7 +21,7 @@ The loss has no parameters: its ``params`` is the empty dict, and so is its ``dp
 
 import numpy as np
 
-from ._validate import as_float_array, as_float_like, as_ids
+from ._validate import as_float_array, as_float_like, as_ids, require_that
 from .layers.embedding import one_hot
 from .softmax import logsumexp, softmax
 
@@ -38,17 +38,15 @@ REDUCTION = "mean"
 def _as_logits_targets(Z, y, params=None):
     """Return ``Z`` (float) and ``y`` (int64) or raise ``ValueError`` naming the shapes,
     values or ``params`` at fault."""
-    if params:
-        raise ValueError(f"cross_entropy has no parameters; params must be {{}}, got "
-                         f"keys {sorted(params)}")
+    require_that(not params, "cross_entropy has no parameters; params must be {{}}, "
+                 "got keys {}", sorted(params or ()))
     Z = as_float_array("Z", Z)
-    if Z.shape[-1:] in ((), (0,)) or np.shape(y) != Z.shape[:-1]:
-        raise ValueError(f"logits Z must have shape y.shape + (n_vocab,), n_vocab >= 1:"
-                         f" got Z of shape {Z.shape}, targets y of shape {np.shape(y)}")
-    if np.size(y) == 0:
-        raise ValueError("no targets: the mean over an empty batch is undefined")
-    if not np.isfinite(Z).all():
-        raise ValueError("Z contains NaN or infinity; logits must be finite")
+    require_that(Z.shape[-1:] not in ((), (0,)) and np.shape(y) == Z.shape[:-1],
+                 "logits Z must have shape y.shape + (n_vocab,), n_vocab >= 1: got Z "
+                 "of shape {}, targets y of shape {}", Z.shape, np.shape(y))
+    require_that(np.size(y), "no targets: the mean over an empty batch is undefined")
+    require_that(np.isfinite(Z).all(), "Z contains NaN or infinity; logits must be "
+                 "finite")
     return Z, as_ids(y, Z.shape[-1], name="targets y")
 
 

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import (as_float_array, as_float_like, as_ids, as_number, require_bool,
-                        require_params, require_sizes)
+from ._validate import (as_float_array, as_float_like, as_ids, as_number, require_a,
+                        require_bool, require_like, require_params, require_sizes,
+                        require_that)
 from .layers.block import block_backward, block_forward, init_block
 from .layers.embedding import embedding_backward, embedding_forward
 from .layers.layernorm import init_layernorm, layernorm_backward, layernorm_forward
@@ -102,9 +103,8 @@ class ModelConfig:
         require_bool("tied", self.tied)
         require_bool("approximate_gelu", self.approximate_gelu)
         as_number("eps", self.eps, "(0, inf)")
-        if self.D % self.heads:
-            raise ValueError(f"D={self.D} must be divisible by heads={self.heads}: "
-                             "each head gets D // heads features")
+        require_that(self.D % self.heads == 0, "D={} must be divisible by heads={}: "
+                     "each head gets D // heads features", self.D, self.heads)
 
     @property
     def d(self):
@@ -113,8 +113,7 @@ class ModelConfig:
 
 
 def _require_config(config):
-    if not isinstance(config, ModelConfig):
-        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
+    require_a("config", config, ModelConfig)
 
 
 def _redrawn(template, rng, std, residual_std):
@@ -185,13 +184,11 @@ def _require_arrays(shapes, config, where):
     want = _layout(config)
     missing, extra = sorted(set(want) - set(shapes)), sorted(set(shapes) - set(want))
     hint = " (a tied model has no 'unembed': Z = H E^T)" if "unembed.W" in extra else ""
-    if missing or extra:
-        raise ValueError(f"{where} do not match the config: missing {missing}, "
-                         f"extra {extra}{hint}")
+    require_that(not (missing or extra), "{} do not match the config: missing {}, "
+                 "extra {}{}", where, missing, extra, hint)
     for path, shape in want.items():
-        if shapes[path] != shape:
-            raise ValueError(f"{where}: {path} has shape {shapes[path]}, "
-                             f"the config needs {shape}")
+        require_that(shapes[path] == shape, "{}: {} has shape {}, the config needs {}",
+                     where, path, shapes[path], shape)
 
 
 def _require_model(params, config):
@@ -201,12 +198,11 @@ def _require_model(params, config):
     require_params("model", params, ("blocks",))
     blocks = params["blocks"]
     listed = isinstance(blocks, (list, tuple))
-    if not listed or len(blocks) != config.layers:
-        got = len(blocks) if listed else type(blocks).__name__
-        raise ValueError(f"params['blocks'] must be a list of config.layers="
-                         f"{config.layers} blocks, got {got}")
-    shapes = {path: np.shape(x) for path, x in flatten_params(params).items()}
-    _require_arrays(shapes, config, "params")
+    require_that(listed and len(blocks) == config.layers, "params['blocks'] must be a "
+                 "list of config.layers={} blocks, got {}", config.layers,
+                 len(blocks) if listed else type(blocks).__name__)
+    _require_arrays({path: np.shape(x) for path, x in flatten_params(params).items()},
+                    config, "params")
 
 
 def _require_inputs(params, ids, key_valid, config):
@@ -214,17 +210,14 @@ def _require_inputs(params, ids, key_valid, config):
     with ``params`` and ``config``, or raise ``ValueError`` naming what is wrong."""
     _require_model(params, config)
     ids = as_ids(ids, config.n_vocab)
-    if ids.ndim < 1 or ids.shape[-1] == 0:
-        raise ValueError(f"ids must have shape (..., T) with T >= 1, "
-                         f"got shape {ids.shape}")
-    if ids.shape[-1] > config.T_max:
-        raise ValueError(f"ids have T={ids.shape[-1]} positions, more than "
-                         f"config.T_max={config.T_max}")
-    if key_valid is not None and (np.asarray(key_valid).dtype != np.bool_
-                                  or np.shape(key_valid) != ids.shape):
-        raise ValueError(f"key_valid must be a boolean array of the shape of ids, "
-                         f"{ids.shape}, got {np.asarray(key_valid).dtype} of shape "
-                         f"{np.shape(key_valid)}")
+    require_that(ids.ndim and ids.shape[-1], "ids must have shape (..., T) with T >= "
+                 "1, got shape {}", ids.shape)
+    require_that(ids.shape[-1] <= config.T_max, "ids have T={} positions, more than "
+                 "config.T_max={}", ids.shape[-1], config.T_max)
+    kind, shape = np.asarray(key_valid).dtype, np.shape(key_valid)
+    require_that(key_valid is None or kind == np.bool_ and shape == ids.shape,
+                 "key_valid must be a boolean array of the shape of ids, {}, got {} of "
+                 "shape {}", ids.shape, kind, shape)
     return ids, key_valid
 
 
@@ -271,10 +264,9 @@ def _require_gradient(params, saved, dZ):
     ``ValueError`` unless ``params`` match the forward pass of ``saved`` and ``dZ`` its
     logits."""
     tied, untied = saved["tied"], "unembed" in params
-    if tied == untied:
-        raise ValueError(f"params and saved disagree: the forward pass was "
-                         f"{'tied' if tied else 'untied'}, params "
-                         f"{'have' if untied else 'lack'} 'unembed'")
+    require_that(tied != untied, "params and saved disagree: the forward pass was {}, "
+                 "params {} 'unembed'", "tied" if tied else "untied",
+                 "have" if untied else "lack")
     unembed = _unembedding(params, tied)
     Z_shape = saved["unembed"]["X"].shape[:-1] + (np.shape(unembed["W"])[1],)
     return unembed, as_float_like("dZ", dZ, Z_shape, "the logits Z")
@@ -330,8 +322,7 @@ def model_loss(params, ids, targets, *, config, key_valid=None, counted=None):
     Z, saved = model_forward(params, ids, config=config, key_valid=key_valid)
     targets, counted = _require_targets(targets, counted, Z.shape[:-1])
     real = counted if key_valid is None else counted & np.asarray(key_valid)
-    if not real.any():
-        raise ValueError("no position is counted: the mean loss would be empty")
+    require_that(real.any(), "no position is counted: the mean loss would be empty")
     loss, saved_loss = cross_entropy_forward({}, Z[real], targets=targets[real])
     _, dZ_real = cross_entropy_backward({}, saved_loss, 1.0)  # (N_real, n_vocab)
     dZ = np.zeros_like(Z)
@@ -343,14 +334,11 @@ def model_loss(params, ids, targets, *, config, key_valid=None, counted=None):
 def _require_targets(targets, counted, shape):
     """Return ``targets`` and ``counted`` (all True when None) as arrays of ``shape``,
     the shape of ``ids``, or raise ``ValueError``."""
-    targets = np.asarray(targets)
-    if targets.shape != shape:
-        raise ValueError(f"targets must have the shape of ids, {shape}, "
-                         f"got {targets.shape}")
+    targets = require_like("targets", np.asarray(targets), shape, "ids")
     counted = np.ones(shape, dtype=bool) if counted is None else np.asarray(counted)
-    if counted.dtype != bool or counted.shape != shape:
-        raise ValueError(f"counted must be a boolean array of the shape of ids, "
-                         f"{shape}, got {counted.dtype} {counted.shape}")
+    require_that(counted.dtype == bool and counted.shape == shape, "counted must be a "
+                 "boolean array of the shape of ids, {}, got {} {}", shape,
+                 counted.dtype, counted.shape)
     return targets, counted
 
 
@@ -384,17 +372,16 @@ def load_model(path):
     """
     with np.load(path, allow_pickle=False) as data:
         stored = {name: data[name] for name in data.files}
-    if CONFIG_KEY not in stored:
-        raise ValueError(f"{path} holds no config (no {CONFIG_KEY!r} entry)")
+    require_that(CONFIG_KEY in stored, "{} holds no config (no {!r} entry)", path,
+                 CONFIG_KEY)
     try:
-        fields = json.loads(str(stored.pop(CONFIG_KEY)))
-        config = ModelConfig(**fields)
+        config = ModelConfig(**json.loads(str(stored.pop(CONFIG_KEY))))
     except (TypeError, json.JSONDecodeError) as e:
         raise ValueError(f"the config in {path} is not a ModelConfig: {e}") from e
     _require_arrays({name: x.shape for name, x in stored.items()}, config, str(path))
     for name, x in stored.items():
-        if x.dtype.kind != "f":
-            raise ValueError(f"{path}: {name} must hold floats, got {x.dtype}")
+        require_that(x.dtype.kind == "f", "{}: {} must hold floats, got {}", path, name,
+                     x.dtype)
     like = init_model(config)  # the nesting this config needs
     return unflatten_params(stored, like), config
 

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from ._validate import as_number, require_bool
+from ._validate import as_number, require_bool, require_that
 from .params import flatten_params, unflatten_params
 
 __all__ = [
@@ -51,14 +51,15 @@ def _as_leaves(name, tree, like=None, kinds="biuf"):
     ``like`` (flat parameters), a path or shape that differs from theirs."""
     flat = {path: np.asarray(leaf) for path, leaf in flatten_params(tree).items()}
     what = "a float array" if kinds == "f" else "an array of numbers"
-    for path, a in flat.items():
+    for path, a in flat.items():  # inline checks: these loops run for every array
         if a.dtype.kind not in kinds:
             raise ValueError(f"{name}[{path!r}] must be {what}, got dtype {a.dtype}")
-    if like is not None and flat.keys() != like.keys():
+    like = flat if like is None else like
+    if flat.keys() != like.keys():
         raise ValueError(f"{name} must nest like params: it lacks "
                          f"{[p for p in like if p not in flat]} and has extra "
                          f"{[p for p in flat if p not in like]}")
-    for path, array in (like or {}).items():
+    for path, array in like.items():
         if flat[path].shape != array.shape:
             raise ValueError(f"{name}[{path!r}] has shape {flat[path].shape}, "
                              f"params[{path!r}] has {array.shape}")
@@ -68,22 +69,22 @@ def _as_leaves(name, tree, like=None, kinds="biuf"):
 def _as_state(state, like):
     """Return ``step, m, v`` (flat) of an AdamW state for the flat parameters ``like``,
     or raise ``ValueError`` naming what does not match."""
-    if not (isinstance(state, dict) and {"step", "m", "v"} <= set(state)):
-        got = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"state must be a dict with keys 'step', 'm', 'v' (from "
-                         f"adamw_init), got {got}")
+    mapping = isinstance(state, dict)
+    require_that(mapping and {"step", "m", "v"} <= set(state), "state must be a dict "
+                 "with keys 'step', 'm', 'v' (from adamw_init), got {}",
+                 sorted(state) if mapping else type(state).__name__)
     return (as_number("state['step']", state["step"], "[0, inf)", integer=True),
             _as_leaves("state['m']", state["m"], like),
             _as_leaves("state['v']", state["v"], like))
 
 
-def _as_hyperparameters(lr, betas, eps, weight_decay, decay):
+def _as_settings(lr, betas, eps, weight_decay, decay):
     """Return ``lr, b1, b2, eps, weight_decay`` as floats and the decay rule, or raise
     ``ValueError`` naming the bad one."""
-    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-        raise ValueError(f"betas must be a pair (b1, b2), got {betas!r}")
-    if not (decay is None or callable(decay)):
-        raise ValueError(f"decay must be None or a callable, got {decay!r}")
+    require_that(isinstance(betas, (tuple, list)) and len(betas) == 2, "betas must be "
+                 "a pair (b1, b2), got {!r}", betas)
+    require_that(decay is None or callable(decay), "decay must be None or a callable, "
+                 "got {!r}", decay)
     return (as_number("lr", lr, "[0, inf)"),
             *(as_number(f"betas[{i}]", b, "[0, 1)") for i, b in enumerate(betas)),
             as_number("eps", eps, "(0, inf)"),
@@ -108,8 +109,8 @@ def decays(path, array):
     >>> decays("blocks.0.ln1.gamma", np.ones(4))
     False
     """
-    if not isinstance(path, str):
-        raise ValueError(f"path must be a dotted name (str), got {path!r}")
+    require_that(isinstance(path, str), "path must be a dotted name (str), got {!r}",
+                 path)
     return np.ndim(array) >= 2
 
 
@@ -166,8 +167,7 @@ def adamw_step(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-8,
     ...
     ValueError: grads must nest like params: it lacks ['gamma'] and has extra []
     """
-    lr, b1, b2, eps, wd, decay = _as_hyperparameters(lr, betas, eps, weight_decay,
-                                                     decay)
+    lr, b1, b2, eps, wd, decay = _as_settings(lr, betas, eps, weight_decay, decay)
     flat_p = _as_leaves("params", params, kinds="f")
     flat_g = _as_leaves("grads", grads, like=flat_p)
     step, flat_m, flat_v = _as_state(state, like=flat_p)
@@ -205,7 +205,11 @@ def global_norm(grads):
     >>> global_norm({"W": np.array([3.0, 4.0]) * 2.0**700}) == 5 * 2.0**700
     True
     """
-    flat = _as_leaves("grads", grads)
+    return _norm(_as_leaves("grads", grads))
+
+
+def _norm(flat):
+    """The global norm of the (validated) flat arrays ``flat``: see global_norm."""
     arrays = [a.astype(np.float64, copy=False) for a in flat.values() if a.size]
     if not arrays:
         return 0.0
@@ -238,10 +242,9 @@ def clip_by_global_norm(grads, max_norm):
     """
     max_norm = as_number("max_norm", max_norm, "(0, inf)")
     flat = _as_leaves("grads", grads)
-    norm = global_norm(grads)
-    if not math.isfinite(norm):
-        raise ValueError(f"grads must be finite to be clipped, their global norm is "
-                         f"{norm}")
+    norm = _norm(flat)  # global_norm(grads), the arrays validated once
+    require_that(math.isfinite(norm), "grads must be finite to be clipped, their "
+                 "global norm is {}", norm)
     scale = min(1.0, max_norm / norm) if norm > 0 else 1.0
     clipped = {path: (g if g.dtype.kind == "f" else g.astype(np.float64)) * scale
                for path, g in flat.items()}

@@ -30,7 +30,7 @@ array([0., 0., 3., 4.])
 
 import numpy as np
 
-from ._validate import as_ids, as_number, require_sizes
+from ._validate import as_ids, as_number, require_a, require_sizes, require_that
 from .model import ModelConfig, model_forward
 from .softmax import softmax
 
@@ -66,22 +66,18 @@ def _as_logits(logits):
     but not for a whole row.
     """
     z = np.asarray(logits)
-    if z.dtype.kind not in "biuf":
-        raise ValueError(f"logits must be an array of real numbers, "
-                         f"got dtype {z.dtype}")
+    require_that(z.dtype.kind in "biuf", "logits must be an array of real numbers, got "
+                 "dtype {}", z.dtype)
     z = z.astype(np.float64)
-    if z.ndim < 1 or z.shape[-1] == 0:
-        raise ValueError(f"logits must have shape (..., n_vocab) with n_vocab >= 1, "
-                         f"got shape {z.shape}")
+    require_that(z.shape[-1:] not in ((), (0,)), "logits must have shape (..., "
+                 "n_vocab) with n_vocab >= 1, got shape {}", z.shape)
     for what, where in (("NaN", np.isnan(z)), ("+inf", np.isposinf(z))):
-        if where.any():
-            raise ValueError(f"logits must not hold {what}: {int(where.sum())} {what} "
-                             f"entries in logits of shape {z.shape}")
-    empty = np.all(np.isneginf(z), axis=-1)
-    if empty.any():
-        row = tuple(int(i) for i in np.argwhere(empty)[0])
-        raise ValueError(f"logits must have a finite entry in every row; row {row} of "
-                         f"logits of shape {z.shape} is all -inf")
+        require_that(not where.any(), "logits must not hold {0}: {1} {0} entries in "
+                     "logits of shape {2}", what, int(where.sum()), z.shape)
+    empty = np.argwhere(np.all(np.isneginf(z), axis=-1))  # the rows of -inf alone
+    require_that(len(empty) == 0, "logits must have a finite entry in every row; row "
+                 "{} of logits of shape {} is all -inf",
+                 tuple(map(int, empty[:1].ravel())), z.shape)
     return z
 
 
@@ -94,9 +90,21 @@ def _require_settings(temperature, top_k, top_p):
 
 
 def _require_rng(rng):
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator (np.random.default_rng"
-                         f"(seed)), got {type(rng).__name__}")
+    require_a("rng", rng, np.random.Generator,
+              "a numpy.random.Generator (np.random.default_rng(seed))")
+
+
+def _require_generation(prompt, n_new, config, rng, temperature, top_k, top_p):
+    """Return the ``prompt`` ids (int64) of a call of :func:`generate`, or raise
+    ``ValueError`` naming the argument at fault."""
+    require_a("config", config, ModelConfig)
+    _require_rng(rng)
+    _require_settings(temperature, top_k, top_p)
+    require_sizes(allow_zero=True, n_new=n_new)
+    ids = np.asarray(prompt)
+    require_that(ids.ndim in (1, 2) and ids.shape[-1], "prompt must be token ids of "
+                 "shape (t,) or (batch, t) with t >= 1, got shape {}", ids.shape)
+    return as_ids(ids, config.n_vocab, "prompt")
 
 
 # --- the distribution -----------------------------------------------------------------
@@ -209,14 +217,13 @@ got shape (2,) with row sums from 1.1 to 1.1
     """
     _require_rng(rng)
     P = np.asarray(P, dtype=np.float64)
-    if P.ndim < 1 or P.shape[-1] == 0:
-        raise ValueError(f"P must have shape (..., n_vocab) with n_vocab >= 1, "
-                         f"got shape {P.shape}")
+    require_that(P.shape[-1:] not in ((), (0,)), "P must have shape (..., n_vocab) "
+                 "with n_vocab >= 1, got shape {}", P.shape)
     sums = P.sum(axis=-1)
-    if not (np.all(P >= 0) and np.all(np.abs(sums - 1.0) <= 1e-9)):
-        raise ValueError(f"P must hold probabilities (>= 0, each row summing to 1 "
-                         f"within 1e-9); got shape {P.shape} with row sums from "
-                         f"{np.min(sums):.3g} to {np.max(sums):.3g}")
+    require_that(np.all(P >= 0) and np.all(np.abs(sums - 1.0) <= 1e-9), "P must hold "
+                 "probabilities (>= 0, each row summing to 1 within 1e-9); got shape "
+                 "{} with row sums from {:.3g} to {:.3g}", P.shape,
+                 sums.min(initial=np.inf), sums.max(initial=-np.inf))
     F = np.cumsum(P, axis=-1)
     F = F / F[..., -1:]
     u = rng.random(P.shape[:-1])
@@ -282,16 +289,7 @@ def generate(params, prompt, n_new, *, config, rng, temperature=1.0, top_k=None,
     ...          rng=np.random.default_rng(0), temperature=0).shape
     (2, 5)
     """
-    if not isinstance(config, ModelConfig):
-        raise ValueError(f"config must be a ModelConfig, got {type(config).__name__}")
-    _require_rng(rng)
-    _require_settings(temperature, top_k, top_p)
-    require_sizes(allow_zero=True, n_new=n_new)
-    ids = np.asarray(prompt)
-    if ids.ndim not in (1, 2) or ids.shape[-1] == 0:
-        raise ValueError(f"prompt must be token ids of shape (t,) or (batch, t) with "
-                         f"t >= 1, got shape {ids.shape}")
-    ids = as_ids(ids, config.n_vocab, "prompt")
+    ids = _require_generation(prompt, n_new, config, rng, temperature, top_k, top_p)
     for _ in range(n_new):
         window = ids[..., -config.T_max:]  # (..., <= T_max)
         logits, _ = model_forward(params, window, config=config)  # (..., t, n_vocab)

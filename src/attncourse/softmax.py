@@ -12,7 +12,7 @@ path.
 
 import numpy as np
 
-from ._validate import as_float_array, as_float_like, shaped
+from ._validate import as_float_array, as_float_like, require_that, shaped
 
 __all__ = ["softmax", "softmax_backward", "logsumexp", "softmax_jacobian"]
 
@@ -99,8 +99,8 @@ def softmax_jacobian(z):
     (2, 3, 3)
     """
     z = as_float_array("z", z)
-    if z.shape[-1:] in ((), (0,)):
-        raise ValueError(f"z must have a non-empty last axis, got shape {z.shape}")
+    require_that(z.shape[-1:] not in ((), (0,)), "z must have a non-empty last axis, "
+                 "got shape {}", z.shape)
     p = softmax(z)
     numerator_path = p[..., :, None] * np.eye(z.shape[-1])  # diag(p)
     # -p p^T: (..., n, 1) x (..., 1, n) -> (..., n, n)

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._validate import as_ids, as_number, require_sizes, shaped
+from ._validate import as_ids, as_number, require_a, require_sizes, require_that, shaped
 
 __all__ = [
     "build_vocab", "encode", "decode",
@@ -40,15 +40,13 @@ def build_vocab(text):
     ...
     ValueError: cannot build a vocabulary from empty text
     """
-    if _as_text(text) == "":
-        raise ValueError("cannot build a vocabulary from empty text")
+    require_that(_as_text(text), "cannot build a vocabulary from empty text")
     return "".join(sorted(set(text)))
 
 
 def _as_text(text):
     """Return ``text``, or raise ``ValueError`` unless it is a str."""
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a str, got {type(text).__name__}")
+    require_a("text", text, str)
     return text
 
 
@@ -61,12 +59,11 @@ def _as_vocab(vocab):
     ...
     ValueError: vocabulary characters must be distinct; repeated: 'a'
     """
-    if not (isinstance(vocab, str) and vocab):
-        raise ValueError(f"vocabulary must be a non-empty str, got {vocab!r}")
+    require_that(isinstance(vocab, str) and vocab, "vocabulary must be a non-empty "
+                 "str, got {!r}", vocab)
     repeated = sorted({c for c in vocab if vocab.count(c) > 1})
-    if repeated:
-        raise ValueError("vocabulary characters must be distinct; repeated: "
-                         + ", ".join(map(repr, repeated)))
+    require_that(not repeated, "vocabulary characters must be distinct; repeated: {}",
+                 ", ".join(map(repr, repeated)))
     return vocab
 
 
@@ -240,8 +237,7 @@ class RecallTask:
 
 def _as_task(task):
     """Return ``task``, or raise ``ValueError`` unless it is a :class:`RecallTask`."""
-    if not isinstance(task, RecallTask):
-        raise ValueError(f"task must be a RecallTask, got {type(task).__name__}")
+    require_a("task", task, RecallTask)
     return task
 
 
@@ -254,8 +250,7 @@ def recall_text(task, ids):
     'c1 a0 ? c'
     """
     ids = as_ids(ids, _as_task(task).n_vocab)
-    if ids.ndim not in (1, 2):
-        raise ValueError(f"ids must be 1-D or 2-D, got shape {ids.shape}")
+    require_that(ids.ndim in (1, 2), "ids must be 1-D or 2-D, got shape {}", ids.shape)
     if ids.ndim == 2:
         return [recall_text(task, row) for row in ids]
     return " ".join(task.tokens[i] for i in ids)
@@ -306,9 +301,8 @@ def recall_answers(task, ids):
     pairs = ids[:, : task.n_pairs]  # (n, n_pairs)
     # (n, n_pairs): True where the pair holds the key asked
     match = pairs // task.n_values == ids[:, -1:] - task.key(0)
-    if (pairs >= task.key(0)).any() or not (match.sum(axis=1) == 1).all():
-        raise ValueError("each sequence must list n_pairs pairs, with the asked key "
-                         "exactly once")
+    require_that((pairs < task.key(0)).all() and (match.sum(axis=1) == 1).all(), "each "
+                 "sequence must list n_pairs pairs, with the asked key exactly once")
     return task.value(pairs[match] % task.n_values)
 
 
@@ -356,8 +350,8 @@ def window_batches(ids, T, size, seed):
     """
     require_sizes(T=T, size=size)
     ids = np.asarray(ids)
-    if ids.ndim != 1 or ids.size <= T:
-        raise ValueError(f"ids must be 1-D, longer than T={T}, got shape {ids.shape}")
+    require_that(ids.ndim == 1 and ids.size > T, "ids must be 1-D, longer than T={}, "
+                 "got shape {}", T, ids.shape)
 
     def batch(step):
         start = np.random.default_rng([seed, step]).integers(0, ids.size - T, size=size)

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import as_float_like, require_sizes, shaped
+from ._validate import as_float_like, require_sizes, require_that, shaped
 from .fast import SEQUENTIAL_BELOW, default_workers, run_parallel
 from .layers.attention import QKV, _unbroadcast, key_padding_mask
 
@@ -150,11 +150,9 @@ def _tile_state(S, V, visible):
 
 def _require_same_rows(a, b):
     for name, x, y in (("m", a.m, b.m), ("l", a.l, b.l), ("o", a.o, b.o)):
-        if np.shape(x) != np.shape(y):
-            raise ValueError(
-                f"the two states must describe the same rows: {name} has "
-                f"shapes {np.shape(x)} and {np.shape(y)}"
-            )
+        require_that(np.shape(x) == np.shape(y), "the two states must describe the "
+                     "same rows: {} has shapes {} and {}", name, np.shape(x),
+                     np.shape(y))
 
 
 def merge_states(a, b):

@@ -32,7 +32,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ._validate import as_number
+from ._validate import as_number, require_that
 from .model import model_forward, model_loss, save_model
 from .optim import adamw_init, adamw_step, clip_by_global_norm, global_norm, lr_at
 
@@ -66,10 +66,8 @@ def _finite_logits(params, ids, config):
 def _as_batch(batch, step):
     """Return ``batch(step)``, or ``ValueError`` unless it is a triple."""
     data = batch(step)
-    if not (isinstance(data, tuple) and len(data) == 3):
-        raise ValueError(
-            f"batch(step) must return (ids, targets, counted), got {data!r:.80}"
-        )
+    require_that(isinstance(data, tuple) and len(data) == 3, "batch(step) must return "
+                 "(ids, targets, counted), got {!r:.80}", data)
     return data
 
 

@@ -25,7 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validate import require_sizes, shaped
+from .._validate import (as_float_like, is_int, require_broadcast, require_sizes,
+                         require_that, shaped)
 from ..softmax import softmax, softmax_backward
 
 __all__ = [
@@ -107,12 +108,8 @@ def attention_forward(Q, K, V, visible=None):
 
 def _as_upstream(G, saved):
     """``G`` as a float array of the shape of ``O = A V``, or ``ValueError``."""
-    G = shaped("G(..., T_q, r)", G)
-    A, V = saved.A, saved.V
-    O_shape = _batch_shape(A, V) + (A.shape[-2], V.shape[-1])  # the shape of A V
-    if G.shape != O_shape:
-        raise ValueError(f"G must have the shape of O = A V, {O_shape}, got {G.shape}")
-    return G
+    O_shape = _batch_shape(saved.A, saved.V) + (saved.A.shape[-2], saved.V.shape[-1])
+    return as_float_like("G", shaped("G(..., T_q, r)", G), O_shape, "O = A V")
 
 
 def attention_backward(saved, G):
@@ -180,17 +177,13 @@ def _validate_causal(query, key, value, query_offset):
     query_offset + T_q must be <= T_k
     """
     Q, K, V = shaped(QKV, query, key, value)
-    integer = isinstance(query_offset, (int, np.integer)) and not isinstance(
-        query_offset, (bool, np.bool_))
-    if not (integer and query_offset >= 0):
-        raise ValueError(f"query_offset must be an integer >= 0, got {query_offset}")
-    T_q, T_k = Q.shape[-2], K.shape[-2]
-    if query_offset + T_q > T_k:
-        raise ValueError(
-            f"query_offset={query_offset} puts the {T_q} queries at positions "
-            f"{query_offset}..{query_offset + T_q - 1}, but there are only {T_k} keys "
-            f"(positions 0..{T_k - 1}): query has shape {Q.shape}, key has shape "
-            f"{K.shape}; query_offset + T_q must be <= T_k")
+    require_that(is_int(query_offset) and query_offset >= 0, "query_offset must be an "
+                 "integer >= 0, got {}", query_offset)
+    t, T_q, T_k = query_offset, Q.shape[-2], K.shape[-2]
+    require_that(t + T_q <= T_k, "query_offset={} puts the {} queries at positions "
+                 "{}..{}, but there are only {} keys (positions 0..{}): query has "
+                 "shape {}, key has shape {}; query_offset + T_q must be <= T_k", t,
+                 T_q, t, t + T_q - 1, T_k, T_k - 1, Q.shape, K.shape)
     return Q, K, V
 
 
@@ -270,13 +263,13 @@ def causal_visible(Q, K, V, query_offset=0, key_valid=None):
 def _require_lengths(lengths, T, side):
     """Return ``lengths`` as an array of integers in ``[0, T]``, or ``ValueError``."""
     lengths = np.asarray(lengths)
-    if lengths.ndim != 1 or lengths.dtype.kind not in "iu":
-        raise ValueError(f"lengths must be a 1-D array of integers, got shape "
-                         f"{lengths.shape} and dtype {lengths.dtype}")
-    if np.any(lengths < 0) or np.any(lengths > T):
-        raise ValueError(f"every length must lie in [0, T={T}], got {lengths.tolist()}")
-    if side not in ("left", "right"):
-        raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+    require_that(lengths.ndim == 1 and lengths.dtype.kind in "iu", "lengths must be a "
+                 "1-D array of integers, got shape {} and dtype {}", lengths.shape,
+                 lengths.dtype)
+    require_that(np.all((0 <= lengths) & (lengths <= T)), "every length must lie in "
+                 "[0, T={}], got {}", T, lengths.tolist())
+    require_that(side in ("left", "right"), "side must be 'left' or 'right', got {!r}",
+                 side)
     return lengths
 
 
@@ -305,18 +298,16 @@ def _require_key_valid(key_valid, T_k, batch_shape):
     """Return ``key_valid`` as a boolean array ``(..., T_k)`` whose leading dimensions
     broadcast to ``batch_shape`` (if given), or raise ``ValueError``."""
     key_valid = np.asarray(key_valid)
-    if key_valid.dtype != np.bool_:
-        raise ValueError(f"key_valid must be a boolean array, got dtype "
-                         f"{key_valid.dtype}")
-    if key_valid.ndim < 1 or key_valid.shape[-1] != T_k:
-        raise ValueError(f"key_valid must have shape (..., T_k) with T_k={T_k} keys, "
-                         f"got shape {key_valid.shape}")
+    require_that(key_valid.dtype == np.bool_, "key_valid must be a boolean array, got "
+                 "dtype {}", key_valid.dtype)
+    require_that(key_valid.shape[-1:] == (T_k,), "key_valid must have shape (..., T_k) "
+                 "with T_k={} keys, got shape {}", T_k, key_valid.shape)
     lead = key_valid.shape[:-1]
     batch = lead if batch_shape is None else tuple(batch_shape)
-    if len(lead) > len(batch) or any(n not in (1, b) for n, b in zip(lead[::-1],
-                                                                     batch[::-1])):
-        raise ValueError(f"key_valid has shape {key_valid.shape}; its leading "
-                         f"dimensions must broadcast to the batch shape {batch}")
+    fits = len(lead) <= len(batch) and all(n in (1, b) for n, b in zip(lead[::-1],
+                                                                        batch[::-1]))
+    require_that(fits, "key_valid has shape {}; its leading dimensions must broadcast "
+                 "to the batch shape {}", key_valid.shape, batch)
     return key_valid
 
 
@@ -343,18 +334,14 @@ def key_padding_mask(key_valid, T_k, batch_shape=None):
 def _require_masks(masks):
     """Return the boolean ``masks`` as arrays and their broadcast shape, or raise
     ``ValueError``."""
-    if not masks:
-        raise ValueError("combine_masks needs at least one mask")
+    require_that(masks, "combine_masks needs at least one mask")
     arrays = [np.asarray(m) for m in masks]
     for i, m in enumerate(arrays):
-        if m.dtype != np.bool_:
-            raise ValueError(f"mask {i} must be boolean, got dtype {m.dtype}")
-    try:
-        shape = np.broadcast_shapes(*(m.shape for m in arrays))
-    except ValueError:
-        raise ValueError(f"masks do not broadcast: shapes {[m.shape for m in arrays]}"
-                         ) from None
-    return arrays, shape
+        require_that(m.dtype == np.bool_, "mask {} must be boolean, got dtype {}", i,
+                     m.dtype)
+    shapes = [m.shape for m in arrays]
+    return arrays, require_broadcast(shapes, "masks do not broadcast: shapes {}",
+                                     shapes)
 
 
 def combine_masks(*masks):

@@ -29,7 +29,7 @@ Backward: for ``y = x + f(x)`` the gradient reaching ``x`` is ``dy`` (the identi
 
 import numpy as np
 
-from .._validate import as_float_like, as_params, require_sizes, shaped
+from .._validate import as_float_like, as_params, require_sizes, require_that, shaped
 from .layernorm import init_layernorm, layernorm_backward, layernorm_forward
 from .mlp import init_mlp, mlp_backward, mlp_forward
 from .multihead import init_multihead, multihead_backward, multihead_forward
@@ -52,9 +52,8 @@ def init_block(rng, D, *, heads, d=None, r=None, ratio=4):
     ValueError: D = 6 does not split into heads = 4 equal heads: give d and r
     """
     require_sizes(D=D, heads=heads, ratio=ratio)
-    if (d is None or r is None) and D % heads:
-        raise ValueError(
-            f"D = {D} does not split into heads = {heads} equal heads: give d and r")
+    require_that(None not in (d, r) or D % heads == 0, "D = {} does not split into "
+                 "heads = {} equal heads: give d and r", D, heads)
     d = D // heads if d is None else d
     r = D // heads if r is None else r
     return {

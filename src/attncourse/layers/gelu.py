@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from .._validate import as_float_array, as_float_like, require_bool
+from .._validate import as_float_array, as_float_like, require_bool, require_that
 
 __all__ = ["gelu", "gelu_derivative", "gelu_forward", "gelu_backward"]
 
@@ -80,8 +80,8 @@ def gelu_derivative(x, *, approximate=False):
 
 def _as_input(params, X):
     """``X`` as a float array; ``ValueError`` unless ``params`` is ``{}``."""
-    if not isinstance(params, dict) or params:
-        raise ValueError(f"gelu has no parameters: params must be {{}}, got {params!r}")
+    require_that(isinstance(params, dict) and not params, "gelu has no parameters: "
+                 "params must be {{}}, got {!r}", params)
     return as_float_array("X", X)
 
 

@@ -17,7 +17,7 @@ The input ``X (..., T, D)`` feeds three branches, so its gradient is the **sum**
 (['W_K', 'W_Q', 'W_V'], (5, 7))
 """
 
-from .._validate import as_float_array, as_float_like, as_params, shaped
+from .._validate import as_float_like, as_params, shaped
 from .attention import AttentionSaved, attention_backward, attention_forward
 from .linear import matmul_backward
 
@@ -55,7 +55,7 @@ def head_forward(params, X):
     X, W_Q, W_K, W_V = _as_inputs(params, X)
     Q, K, V = project(X, W_Q, W_K, W_V)  # (..., T, d), (..., T, d), (..., T, r)
     O, attention = attention_forward(Q, K, V)  # (..., T, r); Q, K, V, A (..., T, T)
-    return O, {"X": as_float_array("X", X), **attention._asdict()}
+    return O, {"X": X, **attention._asdict()}  # X: already a float array (shaped)
 
 
 def head_backward(params, saved, G):

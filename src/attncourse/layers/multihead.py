@@ -19,7 +19,7 @@ the backward of a split is a merge; ``dX`` sums the three projection branches.
 
 import numpy as np
 
-from .._validate import as_float_like, as_params, require_sizes, shaped
+from .._validate import as_float_like, as_params, require_sizes, require_that, shaped
 from .attention import (AttentionSaved, attention_backward, causal_attention,
                         key_padding_mask)
 from .head import project
@@ -50,9 +50,8 @@ def split_heads(Y, heads):
     """
     Y = np.asarray(Y)  # any dtype: a split only moves entries
     require_sizes(heads=heads)
-    if Y.ndim < 2 or Y.shape[-1] % heads:
-        raise ValueError(f"cannot split Y of shape {Y.shape} into {heads} equal heads: "
-                         f"Y must have shape (..., T, H w)")
+    require_that(Y.ndim >= 2 and Y.shape[-1] % heads == 0, "cannot split Y of shape {} "
+                 "into {} equal heads: Y must have shape (..., T, H w)", Y.shape, heads)
     *lead, T, width = Y.shape
     # (..., T, H, w): position first
     per_head = Y.reshape(*lead, T, heads, width // heads)
@@ -71,8 +70,7 @@ def merge_heads(O):
     True
     """
     O = np.asarray(O)  # any dtype: a merge only moves entries
-    if O.ndim < 3:
-        raise ValueError(f"O must have shape (..., H, T, w), got shape {O.shape}")
+    require_that(O.ndim >= 3, "O must have shape (..., H, T, w), got shape {}", O.shape)
     *lead, H, T, w = O.shape
     # (..., H, T, w) -> (..., T, H, w) -> (..., T, H w)
     return np.swapaxes(O, -3, -2).reshape(*lead, T, H * w)
@@ -105,9 +103,8 @@ def _as_inputs(params, X, heads):
     weights = as_params("multihead", params, PARAMETER_NAMES)
     X, W_Q, W_K, W_V, W_O = shaped(SHAPES, X, *weights)
     for name, W in (("W_Q", W_Q), ("W_V", W_V)):
-        if W.shape[1] % heads:
-            raise ValueError(f"{name} has shape {W.shape}: its {W.shape[1]} columns do "
-                             f"not split into {heads} heads")
+        require_that(W.shape[1] % heads == 0, "{} has shape {}: its {} columns do not "
+                     "split into {} heads", name, W.shape, W.shape[1], heads)
     return X, W_Q, W_K, W_V, W_O
 
 

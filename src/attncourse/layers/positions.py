@@ -10,7 +10,7 @@ no row to use: it is an error.
 
 import numpy as np
 
-from .._validate import as_float_like, as_params, require_sizes, shaped
+from .._validate import as_float_like, as_params, require_sizes, require_that, shaped
 
 __all__ = ["init_positions", "positions_forward", "positions_backward"]
 
@@ -26,19 +26,9 @@ def init_positions(rng, T_max, D, *, scale=1.0):
     return {"P": scale * rng.normal(size=(T_max, D))}
 
 
-def _as_inputs(params, X):
-    """Return ``P (T_max, D)`` and ``X (..., T, D)`` as float arrays, or raise
-    ``ValueError`` naming the shapes at fault (``T <= T_max``: a row for every
-    position)."""
-    P, X = shaped("P(T_max, D) X(..., T, D)", *as_params("positions", params, "P"), X)
-    if X.shape[-2] > P.shape[0]:
-        raise ValueError(f"sequence length T={X.shape[-2]} exceeds T_max={P.shape[0]}: "
-                         f"P has shape {P.shape}, X has shape {X.shape}")
-    return P, X
-
-
 def positions_forward(params, X):
-    """Return ``Y, saved`` with ``Y = X + P[:T]`` for ``X (..., T, D)``.
+    """Return ``Y, saved`` with ``Y = X + P[:T]`` for ``X (..., T, D)``; ``T <= T_max``
+    (a row for every position).
 
     >>> import numpy as np
     >>> params = {"P": np.array([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])}
@@ -53,7 +43,10 @@ def positions_forward(params, X):
     ValueError: sequence length T=4 exceeds T_max=3: P has shape (3, 2),
     X has shape (4, 2)
     """
-    P, X = _as_inputs(params, X)
+    P, X = shaped("P(T_max, D) X(..., T, D)", *as_params("positions", params, "P"), X)
+    require_that(X.shape[-2] <= P.shape[0], "sequence length T={} exceeds T_max={}: P "
+                 "has shape {}, X has shape {}", X.shape[-2], P.shape[0], P.shape,
+                 X.shape)
     T = X.shape[-2]
     Y = X + P[:T]  # (..., T, D) + (T, D): the same row t for every sequence
     return Y, {"T": T, "shape": X.shape}
