@@ -5,11 +5,11 @@
 build command, or in the test command when the chapter is not in the current notebook
 cache: see tools/execute.py and tests/test_execute.py), executes each one as "Run All"
 does and fails on any exception; the hook in the root ``conftest.py`` also fails an
-exercise cell that does not print the one-line "not done yet" notice. Executing every
-chapter once more here would add minutes; instead, these fast tests assert the premises
-(no exemptions, every stub passed to a checker), test the hook's rule, and run small
-notebooks in a plain kernel with nbclient to show that a stub lets Run All go on while a
-wrong answer still stops it.
+exercise cell that does not print the one-line "not done yet" notice. These fast tests
+assert the premises (no exemptions, every stub passed to a checker, no cell binding a
+stub's name), test the hook's rule, and run small notebooks in a plain kernel with
+nbclient to show that a stub lets Run All go on while a wrong answer still stops it;
+tests/test_planted_answers.py runs every chapter with a wrong answer in each stub.
 
 Colab and Binder: the first code cell of every chapter installs the course package when
 it is missing, from the address in ``_config.yml`` (tools/notebook_setup.py writes it).
