@@ -4,9 +4,13 @@ JupyterLab (with ``jupyterlab-myst``, both installed by requirements.txt, as
 ``./course lab`` opens them) is started headless on 127.0.0.1 with a random token, a
 temporary settings, workspace, runtime and data folder, and nothing that fetches from
 the internet (no news, no update check, a read-only extension manager); every browser
-request to another host is refused and recorded. A chapter is opened in the same
-headless Chromium the book tests use, every cell rendered (notebook windowing off), and
-the tests assert what the book shows:
+request to another host is refused and recorded. Notebook windowing is left on, as
+JupyterLab ships it (its default ``windowingMode``: ``contentVisibility`` from
+JupyterLab 4.5, ``full`` before), so that a cell is rendered only near the screen or
+when the browser is idle, and in the ``full`` mode hidden again once scrolled past. A
+chapter is opened in the same headless Chromium the book tests use and scrolled through
+until every cell has been rendered and seen; each cell is judged by what it showed,
+and the tests assert what the book shows:
 
 - every markdown cell is rendered, and the display equations are typeset by KaTeX — at
   least as many as the notebook's ``{math}`` blocks and ``$$`` pairs — with no KaTeX
@@ -16,14 +20,22 @@ the tests assert what the book shows:
   directive fence, no label target, no untypeset TeX;
 - every solution is folded: a closed dropdown whose body is hidden, and the code cells
   of a gated solution (between ``{solution-start}`` and ``{solution-end}``) have their
-  input folded.
+  input folded;
+- every cross-reference is resolved: no cell shows jupyterlab-myst's "Cross Reference
+  Not Found" mark, and jupyterlab-myst writes nothing to the browser console (no
+  "Cross reference target was not found", no TeX error) but the expected lines of
+  windowing, a reference logged before the cell holding its target was rendered
+  (``console_problems``). The references the chapters are known to leave unresolved
+  in JupyterLab are listed, with their cause, in ``KNOWN_UNRESOLVED``: a new one fails
+  the test, and so does a listed one once it is resolved.
 
 Fault controls: a notebook with planted mistakes (an unknown directive, a solution that
-is not a dropdown, an unfolded solution code cell, broken TeX) must be flagged cell by
-cell, and a chapter's own cells (an excerpt holding its first ``{math}`` block, its
-first ``{eq}`` reference and its first exercise with its solution: ``chapter_excerpt``)
-opened in JupyterLab with the jupyterlab-myst extension disabled must fail the same
-checks.
+is not a dropdown, an unfolded solution code cell, broken TeX, a reference to no target)
+must be flagged cell by cell, and its broken TeX and its reference be logged by
+jupyterlab-myst; a chapter's own cells (an excerpt holding its first ``{math}`` block,
+its first ``{eq}`` reference and its first exercise with its solution:
+``chapter_excerpt``) opened in JupyterLab with the jupyterlab-myst extension disabled
+must fail the same checks.
 
 A screenshot of each notebook opened lands in ``_build/screenshots/jupyterlab/``.
 Without a Chromium these tests skip, except under CI (``CI=true``), where they fail.
@@ -53,7 +65,7 @@ pytestmark = pytest.mark.book
 ROOT = booksite.ROOT
 CHAPTERS = ["03_one_attention_head", "04_causality_heads_positions"]
 VIEWPORT = {"width": 1280, "height": 900}
-PAGE_TIMEOUT = 40  # seconds for a notebook to open and every cell to render
+PAGE_TIMEOUT = 120  # seconds for a notebook to open and every cell to render
 
 
 def free_port():
@@ -63,13 +75,13 @@ def free_port():
 
 
 # Settings a learner would not need, written for the test's private JupyterLab only: no
-# news prompt, no update check, every cell rendered (windowing would render only what is
-# on screen).
+# news prompt, no update check. The notebook settings are left as JupyterLab ships them,
+# notebook windowing on (its default windowingMode: "contentVisibility" from JupyterLab
+# 4.5, "full" in 4.4), as in a learner's JupyterLab; open_notebook scrolls through the
+# notebook so that every cell is rendered and seen.
 SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
         "fetchNews": "false", "checkForUpdates": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
-        "windowingMode": "none"},
 }
 SERVER_CONFIG = {
     "LabApp": {"news_url": None,
@@ -243,7 +255,11 @@ NOTEBOOK_FACTS_JS = r"""
     while (walker.nextNode()) parts.push(walker.currentNode.nodeValue);
     return parts.join('');
   };
-  return cells.map(cell => {
+  // with notebook windowing only the cells near the viewport are in the page: each
+  // says its position in the notebook
+  return cells.map((cell, position) => {
+    const index = cell.dataset.windowedListIndex === undefined ? position
+      : Number(cell.dataset.windowedListIndex);
     const markdown = cell.classList.contains('jp-MarkdownCell');
     const input = cell.querySelector('.jp-Cell-inputArea');
     // a rendered markdown cell shows its output next to the (hidden) editor in the
@@ -269,7 +285,9 @@ NOTEBOOK_FACTS_JS = r"""
       }
     }
     return {
-      markdown, rendered,
+      // windowing hides a cell scrolled away (opacity 0, or display none): its facts
+      // then are not what the reader sees
+      index, shown: visible(cell), markdown, rendered,
       inputVisible: visible(input) &&
         (markdown || visible(cell.querySelector('.jp-Editor'))),
       text: outputs.map(textOf).join('\n'),
@@ -283,6 +301,9 @@ NOTEBOOK_FACTS_JS = r"""
       mathErrors: outputs
         .flatMap(o => [...o.querySelectorAll('.katex-error, mjx-merror')])
         .map(e => e.textContent.slice(0, 80)),
+      // jupyterlab-myst's mark for a cross-reference whose target it did not find
+      unresolved: outputs.flatMap(o => [...o.querySelectorAll(
+        '[title="Cross Reference Not Found"]')]).map(e => e.textContent.trim()),
       solutions,
     };
   });
@@ -302,6 +323,10 @@ def notebook_problems(notebook, cells):
     if len(cells) != want["cells"]:
         return [(None, f"{len(cells)} cells shown for {want['cells']} in the notebook")]
     for index, (source, cell) in enumerate(zip(notebook["cells"], cells)):
+        if cell is None:
+            problems.append((index, "cell never shown while scrolling through the "
+                                    "notebook"))
+            continue
         if source["cell_type"] == "markdown":
             if not cell["rendered"]:
                 problems.append((index, "markdown cell not rendered"))
@@ -313,6 +338,8 @@ def notebook_problems(notebook, cells):
             problems += [(index, f"raw MyST visible: a directive shown as code ({c})")
                          for c in cell["rawFences"]]
             problems += [(index, f"TeX error: {e!r}") for e in cell["mathErrors"]]
+            problems += [(index, _UNRESOLVED + " ".join(t.split()))
+                         for t in cell["unresolved"]]
             wanted = display_math("".join(source["source"]))
             if cell["displayMath"] < wanted:
                 problems.append((index, f"{cell['displayMath']} typeset display "
@@ -327,33 +354,112 @@ def notebook_problems(notebook, cells):
             problems.append((index, "code cell of a solution is not folded "
                                     "(input shown): give it the cell "
                                     "metadata \"jupyter\": {\"source_hidden\": true}"))
-    shown = sum(len(c["solutions"]) for c in cells)
+    shown = sum(len(c["solutions"]) for c in cells if c is not None)
     if shown < want["solutions"]:
         problems.append((None, f"{shown} solution boxes for {want['solutions']} in the "
                                "source"))
     return problems
 
 
+SCROLL_JS = r"""
+(top) => {
+  const outer = document.querySelector(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');
+  if (!outer) return null;
+  outer.scrollTop = top;
+  return {top: outer.scrollTop, height: outer.clientHeight, total: outer.scrollHeight};
+}
+"""
+POLL_MS = 500  # how often the cells are looked at
+STALL_S = 2.0  # no cell changed for this long: scroll a step all the same
+QUIET_S = 1.5  # no cell changed for this long: cross-references and math are done
+
+
+_TARGET = re.compile(r"^\(([^()\s]+)\)=[ \t]*$|^:(?:label|name):[ \t]*(\S+)",
+                     re.MULTILINE)
+_NOT_FOUND = "Cross reference target was not found: "  # jupyterlab-myst's console line
+_UNRESOLVED = "cross-reference target not found: "  # notebook_problems's, for a cell
+
+
+def targets(notebook):
+    """The cross-reference targets the markdown cells of ``notebook`` define: a label
+    ``(name)=``, a directive's ``:label:`` or ``:name:``; in lower case, as
+    jupyterlab-myst names them."""
+    return {(a or b).lower() for text in markdown_cells(notebook)
+            for a, b in _TARGET.findall(text)}
+
+
+def console_problems(notebook, messages):
+    """What jupyterlab-myst wrote to the browser console (``messages``, from
+    open_notebook) about ``notebook``: each distinct line, sorted, but one.
+
+    jupyterlab-myst resolves a notebook's cross-references among the cells rendered so
+    far, and logs every target missing at that moment. With notebook windowing on, a
+    cell is rendered only when it comes near the screen or the browser is idle, so a
+    reference to a target this notebook defines in a cell further down is logged as
+    "Cross reference target was not found" until that cell is rendered; then it is
+    resolved. Such a line is expected and harmless, and left out here: the cells'
+    rendering, judged by notebook_problems once every cell has been rendered, shows
+    whether the reference was resolved in the end. A reference to any other target, and
+    any other line, is a problem.
+
+    >>> notebook = {"cells": [_markdown("(sec-here)=\\n## Here")]}
+    >>> console_problems(notebook, [("error", _NOT_FOUND + "sec-here\\n"
+    ...                                        + _NOT_FOUND + "sec-elsewhere")])
+    ['error: Cross reference target was not found: sec-elsewhere']
+    """
+    defined = targets(notebook)
+    problems = set()
+    for kind, text in messages:
+        for line in filter(None, map(str.strip, text.splitlines())):
+            name = " ".join(line.removeprefix(_NOT_FOUND).split()).lower()
+            if not (line.startswith(_NOT_FOUND) and name in defined):
+                problems.add(f"{kind}: {line}")
+    return sorted(problems)
+
+
 def open_notebook(context, lab, relpath, ready=None):
-    """Open ``relpath`` in JupyterLab; wait until every cell is shown and rendering has
-    settled.
+    """Open ``relpath`` in JupyterLab, scroll through it step by step until every cell
+    has been rendered and rendering has settled, and record what each cell showed.
+
+    With notebook windowing a cell is rendered only near the screen or when the
+    browser is idle (``contentVisibility``), or only near the screen, and hidden again
+    once scrolled past (``full``). So the facts of each cell (NOTEBOOK_FACTS_JS) are
+    kept by its index in the notebook, as last seen while it was shown. Every POLL_MS
+    the cells are looked at; the page scrolls a step down (from the bottom back to the
+    top) when the markdown cells on screen are all rendered and nothing changed since
+    the last look, or when nothing changed for STALL_S. It is settled when nothing
+    changed for QUIET_S, every markdown cell is rendered and every cell has been seen
+    again since the last change (where windowing keeps every cell in the page, at the
+    next look; where it hides them, after a pass through the notebook): so a
+    cross-reference resolved late, when its target's cell was rendered, is seen
+    resolved.
 
     ``ready``, given the cells' facts, says whether the page already shows what is
     expected; until it does (or PAGE_TIMEOUT passes) the wait goes on, so that a slow,
     busy machine is given the time to typeset instead of being judged mid-way. The facts
     are judged afterwards all the same.
 
-    Returns the cells' facts, the requests that tried to leave the machine and a
-    screenshot path.
+    Returns the cells' facts in notebook order (None for a cell never seen), the
+    requests that tried to leave the machine and what jupyterlab-myst wrote to the
+    browser console (``(type, text)`` pairs).
     """
+    count = len(read_notebook(lab.folder / relpath)["cells"])
     page = context.new_page()
-    external = []
+    external, myst_console = [], []
 
     def is_local(u):
         return u.startswith(lab.origin + "/") or u.startswith(
             ("data:", "blob:", "about:", "ws://127.0.0.1"))
 
+    def on_console(message):
+        # the extension's own scripts, served from lab/extensions/jupyterlab-myst/
+        if ("/jupyterlab-myst/" in (message.location or {}).get("url", "")
+                and message.type in ("error", "warning")):
+            myst_console.append((message.type, message.text))
+
     page.on("request", lambda r: None if is_local(r.url) else external.append(r.url))
+    page.on("console", on_console)
     page.route(lambda u: not is_local(u),
                lambda route: route.abort("blockedbyclient"))
     try:
@@ -361,23 +467,42 @@ def open_notebook(context, lab, relpath, ready=None):
         page.goto(lab.url(relpath), wait_until="load", timeout=PAGE_TIMEOUT * 1000)
         page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell",
                                timeout=PAGE_TIMEOUT * 1000)
-        cells, previous, stable = None, None, 0
+        facts, cells = {}, [None] * count
+        seen_at, changed_at = {}, time.monotonic()  # index -> when last seen
+        view = page.evaluate(SCROLL_JS, 0)
         while time.monotonic() - start < PAGE_TIMEOUT:
-            page.wait_for_timeout(500)
-            cells = page.evaluate(NOTEBOOK_FACTS_JS)
-            settled = cells and all(c["rendered"] for c in cells if c["markdown"])
-            stable = stable + 1 if settled and cells == previous else 0
-            previous = cells
-            # unchanged for 1.5 s: cross-references and math are done
-            if stable >= 3 and (ready is None or ready(cells)):
+            page.wait_for_timeout(POLL_MS)
+            now, changed = time.monotonic(), False
+            shown = [c for c in page.evaluate(NOTEBOOK_FACTS_JS) if c["shown"]]
+            for cell in shown:
+                index, before = cell["index"], facts.get(cell["index"])
+                seen_at[index] = now
+                # a cell brought back on screen may show for a moment as not rendered
+                if before != cell and not (before and before["rendered"]
+                                           and not cell["rendered"]):
+                    facts[index], changed_at, changed = cell, now, True
+            cells = [facts.get(i) for i in range(max([count - 1, *facts]) + 1)]
+            # settled: no change for QUIET_S, and every cell seen again since the last
+            # change (at once where every cell is in the page; after a pass through
+            # the notebook where windowing takes cells out of it)
+            settled = (now - changed_at >= QUIET_S
+                       and all(seen_at.get(i, 0) > changed_at for i in range(count))
+                       and all(c["rendered"] for c in cells if c and c["markdown"]))
+            if settled and (ready is None or ready(cells)):
                 break
-        if cells is None:
-            cells = page.evaluate(NOTEBOOK_FACTS_JS)
+            # scroll a step when the cells on screen are done, or rendering stalls
+            done = not changed and all(c["rendered"] for c in shown if c["markdown"])
+            if view is not None and (done or now - changed_at >= STALL_S):
+                bottom = view["top"] + view["height"] >= view["total"] - 1
+                view = page.evaluate(SCROLL_JS, 0 if bottom else view["top"] + max(
+                    1, int(view["height"] * 0.9)))
+        page.evaluate(SCROLL_JS, 0)
+        page.wait_for_timeout(POLL_MS)
         shot = (ROOT / "_build" / "screenshots" / "jupyterlab"
                 / (pathlib.PurePosixPath(relpath).stem + ".png"))
         shot.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(shot))
-        return cells, external
+        return cells, external, myst_console
     finally:
         page.close()
 
@@ -427,19 +552,68 @@ def format_problems(problems):
     return "\n".join(f"cell {i}: {p}" if i is not None else p for i, p in problems)
 
 
+# The chapters' cross-references that jupyterlab-myst does not resolve: for a chapter,
+# the target as jupyterlab-myst logs it ("Cross reference target was not found: ...") ->
+# why. A learner's JupyterLab shows them so (and logs them with windowing on or off);
+# they are the chapters' to mend, and listed here only so that the test passes on what
+# is known while failing on any new one, and on a listed one once it is resolved.
+_FIGURE = ("{numref} of a figure a code cell draws, named in the cell's metadata "
+           "(mystnb.figure.name), which only the book's myst-nb reads: shown as the "
+           "bare label with a warning sign")
+_TERM = ("{term} of a glossary entry in book/glossary.md, another document, which "
+         "jupyterlab-myst does not read: shown as a link to nowhere (href \"#\")")
+KNOWN_UNRESOLVED = {
+    "03_one_attention_head": {
+        **dict.fromkeys(["fig-ch3-geometry", "fig-ch3-graph", "fig-ch3-steps"],
+                        _FIGURE),
+        **dict.fromkeys(["term-query", "term-key", "term-value", "term-score",
+                         "term-attention weights"], _TERM),
+    },
+    "04_causality_heads_positions": {
+        **dict.fromkeys(["fig-ch4-masks", "fig-ch4-multihead", "fig-ch4-head-maps",
+                         "fig-ch4-position-similarity"], _FIGURE),
+        **dict.fromkeys(["term-causal mask", "term-padding mask", "term-head"], _TERM),
+    },
+}
+
+
+def chapter_problems(chapter, notebook, cells, messages=()):
+    """notebook_problems and console_problems for ``chapter``, less the references of
+    KNOWN_UNRESOLVED; and the targets of KNOWN_UNRESOLVED seen unresolved."""
+    known, seen = KNOWN_UNRESOLVED.get(chapter, {}), set()
+
+    def listed(text, prefix):
+        target = text.partition(prefix)[2]
+        if prefix in text and target in known:
+            seen.add(target)
+            return True
+        return False
+
+    problems = [(i, p) for i, p in notebook_problems(notebook, cells)
+                if not listed(p, _UNRESOLVED)]
+    logged = [line for line in console_problems(notebook, messages)
+              if not listed(line, _NOT_FOUND)]
+    return problems, logged, seen
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_renders_in_jupyterlab_as_in_the_book(browser, lab, workdir, chapter):
     relpath = f"chapters/{chapter}.ipynb"
     notebook = read_notebook(workdir / relpath)
-    cells, external = open_notebook(
+    cells, external, messages = open_notebook(
         browser, lab, relpath,
-        ready=lambda cells: not notebook_problems(notebook, cells))
+        ready=lambda cells: not chapter_problems(chapter, notebook, cells)[0])
     want = expected(notebook)
     assert want["display_math"] >= 5 and want["solutions"] >= 2, (
         "the chapter should hold equations and solutions")
-    problems = notebook_problems(notebook, cells)
-    assert not problems, (f"{chapter} in JupyterLab: {len(problems)} problem(s):\n"
-                          + format_problems(problems))
+    problems, logged, seen = chapter_problems(chapter, notebook, cells, messages)
+    assert not problems and not logged, (
+        f"{chapter} in JupyterLab: {len(problems)} problem(s) in its cells:\n"
+        + format_problems(problems)
+        + f"\n{len(logged)} line(s) jupyterlab-myst logged:\n" + "\n".join(logged))
+    fixed = sorted(set(KNOWN_UNRESOLVED.get(chapter, {})) - seen)
+    assert not fixed, (f"{chapter}: now resolved in JupyterLab, delete from "
+                       f"KNOWN_UNRESOLVED: {fixed}")
     assert external == [], f"JupyterLab asked the network for {external}"
 
 
@@ -471,6 +645,8 @@ FAULT_CELLS = {  # name -> (cell, what the judge must say about it)
                             "is not a dropdown"),
     "broken TeX": (_markdown("```{math}\n\\frac{a}{\n```"),
                    "0 typeset display equations for 1"),
+    "reference to no target": (_markdown("As {ref}`sec-fault-nowhere` says."),
+                               "cross-reference target not found: sec-fault-nowhere"),
 }
 UNFOLDED_SOLUTION_CODE = [  # a gated solution whose code cell is shown
     _markdown("```{solution-start} ex-fault\n:class: dropdown\n```"),
@@ -499,7 +675,7 @@ def planted_notebook():
 def test_fault_control_planted_mistakes_are_flagged_cell_by_cell(browser, lab, workdir):
     notebook, where = planted_notebook()
     (workdir / "planted.ipynb").write_text(json.dumps(notebook))
-    cells, _ = open_notebook(browser, lab, "planted.ipynb")
+    cells, _, messages = open_notebook(browser, lab, "planted.ipynb")
     problems = notebook_problems(notebook, cells)
     flagged = {}
     for index, problem in problems:
@@ -511,6 +687,13 @@ def test_fault_control_planted_mistakes_are_flagged_cell_by_cell(browser, lab, w
         assert any(message in p for p in flagged[where[name]]), (
             name, flagged[where[name]])
     assert any("not folded" in p for p in flagged[where["unfolded solution code"]])
+    # jupyterlab-myst's console: the reference to no target and the broken TeX, and
+    # nothing about the clean cells
+    logged = console_problems(notebook, messages)
+    assert any(line.endswith(_NOT_FOUND + "sec-fault-nowhere") for line in logged), (
+        logged)
+    assert any("\\frac{a}{" in line for line in logged), logged
+    assert len(logged) == 2, logged
 
 
 def chapter_excerpt(notebook):
@@ -556,7 +739,7 @@ def test_fault_control_a_chapter_without_jupyterlab_myst_fails(browser, workdir)
     relpath = f"chapters/{CHAPTERS[0]}-excerpt.ipynb"
     (workdir / relpath).write_text(json.dumps(notebook))
     with JupyterLab(workdir, myst=False) as plain:
-        cells, _ = open_notebook(browser, plain, relpath)
+        cells, _, _ = open_notebook(browser, plain, relpath)
     problems = notebook_problems(notebook, cells)
     text = format_problems(problems)
     assert "raw MyST visible: '{eq}'" in text

@@ -534,3 +534,28 @@ def test_every_chapter_links_the_notation_and_the_glossary(path):
     markdown = "\n".join(c.source for c in cells if c.cell_type == "markdown")
     assert "](../book/notation.md)" in markdown, f"{path.name} never links the notation"
     assert "{term}`" in markdown, f"{path.name} links no term to the glossary"
+
+
+SPLIT_ROLE = re.compile(r"\{[\w:]+\}`[^`]*\n[^`]*`")
+
+
+def split_roles(path):
+    """The roles (``{ref}`text <label>```, ...) a chapter's markdown breaks over a line:
+    jupyterlab-myst reads the ``<label>`` only on one line."""
+    nb = nbformat.read(path, as_version=4)
+    return [m.group(0) for cell in nb.cells if cell.cell_type == "markdown"
+            for m in SPLIT_ROLE.finditer(cell.source)]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_role_is_broken_over_a_line(path):
+    assert split_roles(path) == []
+
+
+def test_a_role_broken_over_a_line_is_found(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(
+        "as {ref}`the causal-mask section\n<sec-ch4-causal>` shows;\n"
+        "{eq}`eq-ch3-scores`")])
+    nbformat.write(nb, tmp_path / "planted.ipynb")
+    assert split_roles(tmp_path / "planted.ipynb") == [
+        "{ref}`the causal-mask section\n<sec-ch4-causal>`"]
