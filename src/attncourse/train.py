@@ -71,24 +71,9 @@ def _as_batch(batch, step):
     return data
 
 
-def train(
-    params,
-    batch,
-    *,
-    config,
-    steps,
-    lr,
-    warmup=0,
-    min_lr=0.0,
-    betas=(0.9, 0.999),
-    eps=1e-8,
-    weight_decay=0.0,
-    clip=None,
-    evaluate=None,
-    every=None,
-    lines=5,
-    checkpoint=None,
-):
+def train(params, batch, *, config, steps, lr, warmup=0, min_lr=0.0, betas=(0.9, 0.999),
+          eps=1e-8, weight_decay=0.0, clip=None, evaluate=None, every=None, lines=5,
+          checkpoint=None):
     """Train ``params`` for ``steps`` AdamW steps; return ``params, history``.
 
     ``batch(step)`` returns ``(ids, targets, counted)`` for ``step = 1 .. steps``
@@ -122,13 +107,8 @@ was 2.5e+199): lower it, or clip the gradients
     if (evaluate is not None or checkpoint is not None) and every is None:
         every = steps
     state = adamw_init(params)
-    history = {
-        "step": np.arange(1, steps + 1),
-        "loss": np.empty(steps),
-        "lr": np.empty(steps),
-        "grad_norm": np.empty(steps),
-        "eval": [],
-    }
+    history = {"step": np.arange(1, steps + 1), "loss": np.empty(steps),
+               "lr": np.empty(steps), "grad_norm": np.empty(steps), "eval": []}
     shown = set(np.linspace(1, steps, lines).round().astype(int)) if lines else set()
     start, start_cpu = time.perf_counter(), time.process_time()
     with threadpool_limits(limits=1, user_api="blas"):  # one BLAS thread
@@ -136,33 +116,24 @@ was 2.5e+199): lower it, or clip the gradients
             ids, targets, counted = _as_batch(batch, step)
             try:
                 with np.errstate(over="ignore", invalid="ignore"):  # caught just below
-                    loss, grads = model_loss(
-                        params, ids, targets, config=config, counted=counted
-                    )
+                    loss, grads = model_loss(params, ids, targets, config=config,
+                                             counted=counted)
             except ValueError:
                 if _finite_logits(params, ids, config):
                     raise  # bad input, not divergence
                 loss = math.nan  # the parameters grew until the logits overflowed
             rate = lr_at(step, lr=lr, warmup=warmup, total=steps, min_lr=min_lr)
             if not math.isfinite(loss):
-                raise TrainingDiverged(
-                    f"the loss is {loss} at step {step} (the learning rate was "
-                    f"{rate:g}): lower it, or clip the gradients"
-                )
+                raise TrainingDiverged(f"the loss is {loss} at step {step} (the "
+                                       f"learning rate was {rate:g}): lower it, or "
+                                       "clip the gradients")
             if clip is None:
                 norm = global_norm(grads)
             else:
                 grads, norm = clip_by_global_norm(grads, clip)
             with np.errstate(over="ignore", invalid="ignore"):  # see the check above
-                params, state = adamw_step(
-                    params,
-                    grads,
-                    state,
-                    lr=rate,
-                    betas=betas,
-                    eps=eps,
-                    weight_decay=weight_decay,
-                )
+                params, state = adamw_step(params, grads, state, lr=rate, betas=betas,
+                                           eps=eps, weight_decay=weight_decay)
             history["loss"][step - 1] = loss
             history["lr"][step - 1] = rate
             history["grad_norm"][step - 1] = norm
@@ -176,10 +147,8 @@ was 2.5e+199): lower it, or clip the gradients
             if step in shown:
                 extra = "".join(f"  {name} {value:.3f}" for name, value in
                                 metrics.items())
-                print(
-                    f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}{extra}"
-                    f"  ({time.perf_counter() - start:.1f} s)"
-                )
+                print(f"step {step:>{len(str(steps))}}/{steps}  loss {loss:.4f}{extra}"
+                      f"  ({time.perf_counter() - start:.1f} s)")
     history["seconds"] = time.perf_counter() - start
     history["cpu_seconds"] = time.process_time() - start_cpu
     return params, history
