@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
+from attncourse import kvcache
 from attncourse.kit.faults import kvcache as fk
 from attncourse.kvcache import (BlockCache, KVCache, cache_nbytes, cache_numbers,
                                 decode_step, generate_cached, prefill)
@@ -181,6 +182,30 @@ def test_generate_cached_with_a_prompt_longer_than_the_window_and_zero_new(model
         got = generate_cached(params, prompt, n_new, config=config,
                               rng=np.random.default_rng(1))
         assert_array_equal(got, want)
+
+
+def test_generate_cached_runs_one_forward_pass_per_token_it_still_needs(model,
+                                                                        monkeypatch):
+    # n_new tokens need n_new logits: the prompt's pass and n_new - 1 more, no pass for
+    # the logits after the last token
+    params, config = model
+    calls = {"prefill": 0, "decode_step": 0}
+    for name in calls:
+        original = getattr(kvcache, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(kvcache, name, counted)
+    cases = ((2, 4, {"prefill": 1, "decode_step": 3}),  # within the window
+             (config.T_max, 3, {"prefill": 3, "decode_step": 0}))  # past it
+    for prompt_length, n_new, want in cases:
+        calls.update(prefill=0, decode_step=0)
+        prompt = token_ids((prompt_length,), seed=10)
+        got = generate_cached(params, prompt, n_new, config=config,
+                              rng=np.random.default_rng(2))
+        assert got.shape == (prompt_length + n_new,) and calls == want
 
 
 def test_generate_cached_draws_the_tokens_of_generate_from_the_trained_chars(trained):

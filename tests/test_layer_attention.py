@@ -547,6 +547,13 @@ def test_key_padding_mask_hides_columns_not_rows():
             r"key_valid has shape \(3, 5\); its leading dimensions must broadcast to "
             r"the batch shape \(2,\)",
         ),
+        (
+            np.ones((5, 2, 3), dtype=bool),  # the last leading axis fits, the first not
+            3,
+            (4, 2),
+            r"^key_valid has shape \(5, 2, 3\); its leading dimensions must broadcast "
+            r"to the batch shape \(4, 2\)$",
+        ),
         (np.ones((2, 5), dtype=bool), 5, (), r"must broadcast to the batch shape \(\)"),
         (
             np.ones((2, 5), dtype=bool),
@@ -574,7 +581,7 @@ def test_combine_masks():
     with pytest.raises(ValueError, match=r"^mask 1 must be boolean, got dtype int64$"):
         combine_masks(a, np.array([1, 0]))
     with pytest.raises(
-        ValueError, match=r"masks do not broadcast: shapes \[\(2, 2\), \(3,\)\]"
+        ValueError, match=r"^masks do not broadcast: shapes \[\(2, 2\), \(3,\)\]$"
     ):
         combine_masks(a, np.ones(3, dtype=bool))
 

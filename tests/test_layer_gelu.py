@@ -128,6 +128,8 @@ def test_the_pair_has_no_parameters():
     (lambda: gelu_forward({}, np.ones(2), approximate="tanh"),
      "approximate must be True or False, got 'tanh'"),
     (lambda: gelu(np.ones(2), approximate=1), "approximate must be True or False"),
+    (lambda: gelu_derivative(np.ones(2), approximate="tanh"),
+     r"^approximate must be True or False, got 'tanh'$"),
     (lambda: gelu(np.array(["x"])), "x must be an array of numbers"),
     (lambda: gelu_derivative(np.array(["x"])), "^x must be an array of numbers"),
     (lambda: gelu_forward({}, np.array(["x"])), "^X must be an array of numbers"),

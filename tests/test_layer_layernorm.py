@@ -255,6 +255,15 @@ def test_a_wrong_upstream_gradient_shape_is_named():
         layernorm_backward(params, saved, np.ones((2, 7, 5)))
 
 
+def test_backward_names_missing_parameters():
+    params, X, dY = case(19, shape=(3, 4))
+    _, saved = layernorm_forward(params, X)
+    message = (r"^layernorm params lack \['beta'\]; they need \['gamma', 'beta'\], "
+               r"got keys \['gamma'\]$")
+    with pytest.raises(ValueError, match=message):
+        layernorm_backward({"gamma": params["gamma"]}, saved, dY)
+
+
 def test_a_non_numeric_upstream_gradient_is_named():
     params, X, _ = case(17, shape=(2, 3))
     _, saved = layernorm_forward(params, X)

@@ -112,6 +112,20 @@ def test_other_bad_input_is_named():
         mlp_backward(params, saved, np.ones((2, 4, 15)))
 
 
+def test_backward_names_parameters_that_do_not_match_the_forward_pass():
+    params, X = case(10)
+    _, saved = mlp_forward(params, X)
+    dY = np.random.default_rng(100).normal(size=X.shape)
+    without_down_W = {"up": params["up"], "down": {"b": params["down"]["b"]}}
+    message = r"^mlp params lack 'down.W'; they need \['up.W', 'down.W'\]$"
+    with pytest.raises(ValueError, match=message):
+        mlp_backward(without_down_W, saved, dY)
+    wider, _ = case(11, D=6)  # params of width 6 against a forward pass of width 5
+    with pytest.raises(ValueError, match=r"^W_up must have shape \(D, F\) with D=5 "
+                       r"\(as in X\), got shape \(6, 18\)$"):
+        mlp_backward(wider, saved, dY)
+
+
 def test_the_default_ratio_is_4():
     params = init_mlp(np.random.default_rng(0), 3)
     assert params["up"]["W"].shape == (3, 12) and params["down"]["W"].shape == (12, 3)

@@ -222,6 +222,10 @@ def test_padded_tokens_change_no_real_logit():
      r"key_valid must be a boolean array"),
     (lambda c, p: model_forward(p, [1, 2], config=SMALL),
      r"config must be a ModelConfig, got dict"),
+    (lambda c, p: model_forward([p], [1], config=c),
+     r"^model params must be a dict of named arrays, got list$"),
+    (lambda c, p: model_forward({"embed": p["embed"]}, [1], config=c),
+     r"^model params lack \['blocks'\]; they need \['blocks'\], got keys \['embed'\]$"),
     (lambda c, p: model_forward({k: p[k] for k in ("embed", "pos", "blocks", "ln_f")},
                                 [1], config=c),
      r"params do not match the config: missing \['unembed.W'\], extra \[\]"),
@@ -469,7 +473,8 @@ def test_load_rejects_a_missing_key_a_wrong_shape_and_a_bad_config(tmp_path):
         (
             {k: v for k, v in flat.items() if k != "blocks.1.mlp.down.b"},
             fields,
-            r"missing \['blocks.1.mlp.down.b'\], extra \[\]",
+            rf"^{re.escape(str(path))} do not match the config: missing "
+            r"\['blocks.1.mlp.down.b'\], extra \[\]$",
         ),
         (
             {**flat, "blocks.2.ln1.gamma": np.ones(4)},
@@ -479,7 +484,8 @@ def test_load_rejects_a_missing_key_a_wrong_shape_and_a_bad_config(tmp_path):
         (
             {**flat, "pos.P": np.zeros((5, 4))},
             fields,
-            r"pos.P has shape \(5, 4\), the config needs \(6, 4\)",
+            rf"^{re.escape(str(path))}: pos.P has shape \(5, 4\), the config needs "
+            r"\(6, 4\)$",
         ),
         (
             {**flat, "ln_f.gamma": np.ones(4, dtype=int)},
@@ -712,3 +718,11 @@ def test_spread_params_seed_decides_everything_and_rng_replaces_it_for_the_draws
     first = flatten_params(spread_params(SPREAD, rng=rng))
     second = flatten_params(spread_params(SPREAD, rng=rng))
     assert not np.array_equal(first["embed.E"], second["embed.E"])
+
+
+def test_spread_params_default_seed_is_0():
+    # the default point of a gradient check is reproducible: seed 0, not another draw
+    default = flatten_params(spread_params(SPREAD))
+    for seed, same in ((0, True), (1, False)):
+        stated = flatten_params(spread_params(SPREAD, seed=seed))
+        assert all(np.array_equal(default[p], stated[p]) for p in default) == same

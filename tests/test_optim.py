@@ -417,6 +417,16 @@ def test_clipping_below_the_threshold_returns_equal_new_arrays():
     assert norm == 0.0 and not zero["W"].any()
 
 
+def test_a_norm_below_one_is_clipped_too():
+    # 0 < max_norm < norm < 1: the factor is max_norm / norm, not 1
+    grads = {"W": np.array([[0.3, -0.4]]), "b": np.array([0, 0], dtype=np.int64)}
+    clipped, norm = clip_by_global_norm(grads, max_norm=0.2)
+    assert norm == pytest.approx(0.5, rel=1e-15)
+    assert_allclose(clipped["W"], [[0.12, -0.16]], rtol=4 * np.finfo(float).eps)
+    assert clipped["b"].dtype == np.float64 and not clipped["b"].any()
+    assert global_norm(clipped) == pytest.approx(0.2, rel=1e-15)
+
+
 def test_per_tensor_clipping_turns_the_gradient_and_one_array_hides_it():
     grads = {"a": np.array([3.0]), "b": np.array([4.0])}
     bad, norm = fo.clip_per_tensor(grads, max_norm=1.0)

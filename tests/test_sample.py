@@ -271,6 +271,15 @@ def test_draw_rejects_what_is_not_a_distribution(P, match):
         draw(P, np.random.default_rng(0))
 
 
+def test_zero_rows_draw_zero_ids_and_no_uniform():
+    rng, replay = np.random.default_rng(4), np.random.default_rng(4)
+    ids = draw(np.empty((2, 0, 3)), rng)
+    assert ids.shape == (2, 0) and ids.dtype == np.int64
+    ids = sample(np.zeros((0, 5)), rng, temperature=0.5, top_k=2, top_p=0.5)
+    assert ids.shape == (0,) and ids.dtype == np.int64
+    assert rng.random() == replay.random()  # no row, no uniform drawn
+
+
 # --- bad input ------------------------------------------------------------------------
 
 
@@ -302,6 +311,10 @@ def test_bad_settings_raise_a_value_error_naming_them(settings, match):
      r"^logits must not hold NaN: 1 NaN entries in logits of shape \(3,\)$"),
     (np.array([1.0, np.inf]), r"^logits must not hold \+inf: 1 \+inf entries"),
     (np.array([[0.0, 1.0], [-np.inf, -np.inf]]), r"row \(1,\) .* is all -inf"),
+    (np.where(np.isin(np.arange(6).reshape(2, 3, 1), [1, 5]), -np.inf,
+              np.zeros((2, 3, 4))),
+     r"^logits must have a finite entry in every row; row \(0, 1\) of logits of shape "
+     r"\(2, 3, 4\) is all -inf$"),
     (np.zeros((3, 0)),
      r"^logits must have shape \(\.\.\., n_vocab\) with n_vocab >= 1, got shape "
      r"\(3, 0\)$"),

@@ -342,3 +342,22 @@ def test_a_row_with_no_entries_has_an_empty_softmax_and_a_log_sum_exp_of_minus_i
         assert_array_equal(logsumexp(S, visible), np.full(3, -np.inf))
     # a row with entries is unchanged by the empty case's handling
     assert_allclose(logsumexp(np.array([[-1e3, -1e3]])), [-1e3 + np.log(2)], rtol=1e-15)
+
+
+def test_a_non_finite_visible_score_makes_its_row_nan_with_or_without_a_mask():
+    # the masked path must not normalise the finite part of such a row on its own
+    S = np.array([[np.nan, 1.0, 0.5], [np.inf, 710.0, 0.0], [0.0, np.log(3.0), 9.0]])
+    visible = np.array([True, True, False])
+    with np.errstate(invalid="ignore"):
+        plain, masked = softmax(S[:, :2]), softmax(S, visible)
+    assert np.isnan(plain[:2]).all()
+    assert np.isnan(masked[0, :2]).all() and np.isnan(masked[1, :2]).any()
+    assert (masked[:, 2] == 0).all()  # hidden entries stay exactly 0
+    assert_allclose(masked[2, :2], [0.25, 0.75], rtol=4 * np.finfo(float).eps)
+
+
+def test_a_row_whose_visible_scores_are_all_minus_inf_gets_weights_0():
+    # as a row with nothing visible: no NaN from -inf - (-inf), no warning
+    S = np.array([[-np.inf, -np.inf, 2.0], [0.0, 1.0, 2.0]])
+    visible = np.array([[True, True, False], [False, False, False]])
+    assert_array_equal(softmax(S, visible), np.zeros((2, 3)))

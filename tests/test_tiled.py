@@ -4,6 +4,7 @@ input and the dropout contract): the online-softmax state and its merge, the til
 non-causal pass, the threads, and memory that never grows as T x T."""
 
 import itertools
+import re
 import tracemalloc
 
 import numpy as np
@@ -145,16 +146,19 @@ def test_the_tiles_above_the_diagonal_are_skipped():
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, None, "4"])
 def test_bad_tile_sizes_raise_value_errors_that_name_them(bad):
     Q = np.ones((4, 3))
-    with pytest.raises(
-        ValueError,
-        match=rf"^sizes must be positive integers: block_q="
-        rf"{repr(bad).replace('.', '[.]')} \(got block_q=",
-    ):
+
+    def message(name, block_q, block_k):  # every size is listed, the bad one first
+        return re.escape(f"sizes must be positive integers: {name}={bad!r} "
+                         f"(got block_q={block_q!r}, block_k={block_k!r})")
+
+    with pytest.raises(ValueError, match=f"^{message('block_q', bad, 256)}$"):
         tiled_attention_forward(Q, Q, Q, block_q=bad)
-    with pytest.raises(ValueError, match=r"^sizes must be positive integers: block_k="):
+    with pytest.raises(ValueError, match=f"^{message('block_k', 256, bad)}$"):
         tiled_causal_attention(Q, Q, Q, block_k=bad)
-    with pytest.raises(ValueError, match=r"^sizes must be positive integers: block_k="):
+    with pytest.raises(ValueError, match=f"^{message('block_k', 2, bad)}$"):
         causal_tiles(4, 4, 2, bad)
+    with pytest.raises(ValueError, match=f"^{message('block_q', bad, 3)}$"):
+        causal_tiles(4, 4, bad, 3)
     with pytest.raises(ValueError, match=r"^sizes must be positive integers: block_q="):
         tiled_implementation(bad)
 
@@ -289,6 +293,30 @@ def test_memory_grows_as_t_not_as_t_squared():
     # the per-row arrays (O, lse, delta, dQ, dK, dV), a few tiles, small change
     per_row = 2048 * 8 * (r + 2 + 2 * d + r)
     assert peaks[2048] < 2 * per_row + 10 * block * block * 8 + 64 * 1024
+
+
+def test_a_tile_of_scores_is_worked_on_in_its_own_memory():
+    # one tile, T x T: the forward holds one T x T array at a time (the scores become
+    # the weights in place), the backward two (the weights, and dA becoming dS), a
+    # block of TiledWeights rows one; masks are booleans, an eighth of a tile each
+    T, d, r = 600, 4, 3
+    rng = np.random.default_rng(23)
+    Q, K, V, G = (rng.standard_normal((T, w)) for w in (d, d, r, r))
+    key_valid = np.arange(T) < T - 5  # a (1, T) mask, broadcast into the tile in place
+    tile = T * T * 8
+    for causal, kv in ((True, None), (False, key_valid)):
+        def forward():
+            return tiled_attention_forward(Q, K, V, causal=causal, key_valid=kv,
+                                           block_q=T, block_k=T, workers=1)
+
+        assert peak_bytes(forward) < 1.5 * tile
+        _, saved = forward()
+        assert peak_bytes(lambda: tiled_attention_backward(saved, G)) < 2.5 * tile
+    _, saved = tiled_attention_forward(Q, K, V, block_q=T, block_k=T)  # nothing hidden
+    weights = TiledWeights(saved)
+    assert peak_bytes(lambda: weights.rows(0, T)) < 1.5 * tile
+    eps = np.finfo(np.float64).eps  # measured: 12 eps at most
+    assert_allclose(weights.rows(0, T), attention_forward(Q, K, V)[1].A, rtol=64 * eps)
 
 
 # --- dtypes, names and edge cases of the state functions ------------------------------

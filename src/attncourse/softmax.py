@@ -66,7 +66,8 @@ def softmax(S, visible=None):
     visible = np.asarray(visible, dtype=bool)
     masked = np.where(visible, S, -np.inf)  # broadcast to the shape of the weights
     m = np.max(masked, axis=-1, keepdims=True, initial=-np.inf)
-    m = np.where(np.isfinite(m), m, 0.0)  # fully hidden row: any finite shift will do
+    m = np.where(m == -np.inf, 0.0, m)  # fully hidden row: any finite shift will do
+    # (a NaN maximum stays: a NaN score makes its row's weights NaN, as unmasked)
     E = np.where(visible, np.exp(np.where(visible, S - m, 0.0)), 0.0)
     Z = np.sum(E, axis=-1, keepdims=True)
     return E / np.where(Z > 0, Z, 1.0)
