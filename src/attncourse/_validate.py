@@ -89,11 +89,15 @@ def shaped(spec, *arrays):
         require_that(x is None or len(shape) == k or lead and len(shape) > k, "{} must "
                      "have shape {}, got shape {}", name, want, shape)
         for dim, n in zip(tail, shape[len(shape) - k:] if x is not None else ()):
-            named = dim.__class__ is not int  # a size name, or a number
-            size = sizes.setdefault(dim, n) if named else dim
-            where = f" with {dim}={size} (as in {owner.setdefault(dim, name)})" * named
-            require_that(n == size, "{} must have shape {}{}, got shape {}", name, want,
-                         where, shape)
+            if dim.__class__ is int:  # a number: that size exactly
+                require_that(n == dim, "{} must have shape {}, got shape {}", name,
+                             want, shape)
+            elif dim not in sizes:  # a size name, first seen here
+                sizes[dim], owner[dim] = n, name
+            else:  # a size name seen before: the same size
+                require_that(n == sizes[dim], "{} must have shape {} with {}={} (as in "
+                             "{}), got shape {}", name, want, dim, sizes[dim],
+                             owner[dim], shape)
         batches += [(name, shape[:len(shape) - k])] if lead and len(shape) > k else []
     require_broadcast([b for _, b in batches], "leading batch dimensions do not "
                       "broadcast: {}", ", ".join(f"{n} {b}" for n, b in batches))
@@ -239,7 +243,8 @@ def require_sizes(*, allow_zero=False, **sizes):
     ...
     ValueError: sizes must be positive integers: T=True (got T=True)
     """
-    bad = {k: n for k, n in sizes.items() if not (is_int(n) and n >= 1 - allow_zero)}
+    lowest = 0 if allow_zero else 1
+    bad = {k: n for k, n in sizes.items() if not (is_int(n) and n >= lowest)}
     if bad:  # the message is built only on failure: sizes are checked on every call
         kind = "non-negative" if allow_zero else "positive"
         raise ValueError(f"sizes must be {kind} integers: {_pairs(bad)} "
@@ -262,7 +267,7 @@ def require_params(layer, params, names):
     require_a(f"{layer} params", params, dict, "a dict of named arrays")
     missing = [n for n in names if n not in params]
     require_that(not missing, "{} params lack {}; they need {}, got keys {}", layer,
-                 missing, list(names), missing and sorted(params))
+                 missing, list(names), sorted(params))
 
 
 def as_params(layer, params, names):
